@@ -1,0 +1,28 @@
+# All set-up happens here: a fresh machine needs only python3 (>= 3.11) and,
+# for the Spark pipeline, Java 17.
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[spark,test]'
+	touch $(STAMP)
+
+demo: $(STAMP)            ## run the demo pipeline on the embedded journal store
+	$(BIN)/exactly demo
+
+test: $(STAMP)            ## run the whole test suite
+	$(BIN)/ruff check .
+	# pytest exits 5 when it collects no test: that alone is not a failure.
+	$(BIN)/python -m pytest $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+bench: $(STAMP)           ## run every benchmark and print a table
+	$(BIN)/exactly bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -1,0 +1,3 @@
+from exactly.cli import main
+
+raise SystemExit(main())

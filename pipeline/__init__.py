@@ -1,0 +1,1 @@
+"""The PySpark ``journal`` data source and the pipeline jobs."""
