@@ -1,4 +1,11 @@
 """Reproducible benchmarks. ``exactly bench`` runs them all and prints a table.
 
 Each benchmark measures a candidate against a baseline side by side in one
-run and reports the ratio, since the machines are shared and noisy."""
+run and reports the ratio, since the machines are shared and noisy. To add
+one, write ``benchmarks/bench_<name>.py`` with ``run(scale) -> list[Result]``
+and list its module name in ``BENCHMARKS``.
+"""
+
+BENCHMARKS: tuple[str, ...] = (
+    # Module names under ``benchmarks``, run in this order.
+)
