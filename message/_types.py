@@ -1,0 +1,213 @@
+"""Ready-made message types, so that users never hand-write get_uuid/set_uuid.
+
+- :class:`JsonDocument` — a dict whose UUID lives at a path such as
+  ``_meta/uuid`` (``document_type("id")`` makes one for another path).
+- :class:`DataclassMessage` — a mixin for dataclasses with a ``uuid`` field.
+- :class:`CSVRecord` — a list of strings whose first field is the UUID.
+- :func:`proto_message_type` — wraps a protobuf class with a UUID field
+  (bytes or string) for the fixed-header protobuf framing.
+
+:func:`sortable_uuid` turns a message's v1 UUID into the equivalent v6 UUID,
+whose bytes sort by time (then counter, flags and producer): a good key for
+storage that orders rows by publishing time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from typing import Any, ClassVar, Self, cast
+from uuid import UUID
+
+import uuid6
+
+NIL_UUID = uuid.UUID(int=0)
+
+
+def sortable_uuid(u: uuid.UUID) -> uuid.UUID:
+    """The v6 form of a v1 UUID: same bits, reordered so that bytes sort by time."""
+    return uuid.UUID(int=uuid6.uuid1_to_uuid6(u).int)
+
+
+def _as_uuid(value: object) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str) and value:
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            return NIL_UUID
+    if isinstance(value, bytes | bytearray) and len(value) == 16:
+        return uuid.UUID(bytes=bytes(value))
+    return NIL_UUID
+
+
+class JsonDocument(dict[str, Any]):
+    """A JSON document (a dict) carrying its UUID at ``uuid_path``.
+
+    The path is a ``/``-separated list of keys; the default ``_meta/uuid``
+    keeps the UUID beside the content, as Estuary Flow does::
+
+        {"_meta": {"uuid": "…"}, "page": "/home"}
+    """
+
+    uuid_path: ClassVar[tuple[str, ...]] = ("_meta", "uuid")
+
+    def get_uuid(self) -> uuid.UUID:
+        node: Any = self
+        for k in self.uuid_path:
+            if not isinstance(node, dict):
+                return NIL_UUID
+            node = node.get(k)
+        return _as_uuid(node)
+
+    def set_uuid(self, u: uuid.UUID) -> None:
+        node: dict[str, Any] = self
+        *parents, leaf = self.uuid_path
+        for k in parents:
+            child = node.get(k)
+            if not isinstance(child, dict):
+                child = node[k] = {}
+            node = child
+        node[leaf] = str(u)
+
+    def new_acknowledgement(self, journal: str) -> Self:
+        return type(self)()
+
+
+def document_type(uuid_path: str = "_meta/uuid", name: str | None = None) -> type[JsonDocument]:
+    """A :class:`JsonDocument` subclass keeping the UUID at ``uuid_path``."""
+    parts = tuple(p for p in uuid_path.split("/") if p)
+    if not parts:
+        raise ValueError("uuid_path must name at least one key")
+    cls_name = name or "JsonDocument_" + "_".join(parts)
+    return type(cls_name, (JsonDocument,), {"uuid_path": parts})
+
+
+_ZERO: dict[Any, Any] = {str: "", int: 0, float: 0.0, bool: False, bytes: b"", "str": "",
+                         "int": 0, "float": 0.0, "bool": False, "bytes": b""}
+
+
+class DataclassMessage:
+    """Mixin for a dataclass with a ``uuid: uuid.UUID`` field.
+
+    ::
+
+        @dataclass
+        class PageView(DataclassMessage):
+            page: str
+            uuid: uuid.UUID = NIL_UUID
+
+    The acknowledgement is an instance with every field at its default, or
+    at the zero value of its type when it has none.
+    """
+
+    uuid: UUID
+
+    def get_uuid(self) -> UUID:
+        return _as_uuid(getattr(self, "uuid", NIL_UUID))
+
+    def set_uuid(self, u: UUID) -> None:
+        self.uuid = u
+
+    def new_acknowledgement(self, journal: str) -> Self:
+        cls = type(self)
+        obj = cls.__new__(cls)
+        for f in dataclasses.fields(cast(Any, cls)):
+            if f.default is not dataclasses.MISSING:
+                value = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                value = f.default_factory()
+            else:
+                value = _ZERO.get(f.type)
+            object.__setattr__(obj, f.name, value)
+        obj.set_uuid(NIL_UUID)
+        return obj
+
+
+class CSVRecord(list[str]):
+    """A CSV record whose first field is the message's UUID."""
+
+    def get_uuid(self) -> uuid.UUID:
+        return _as_uuid(self[0]) if self else NIL_UUID
+
+    def set_uuid(self, u: uuid.UUID) -> None:
+        if self:
+            self[0] = str(u)
+        else:
+            self.append(str(u))
+
+    def new_acknowledgement(self, journal: str) -> CSVRecord:
+        return CSVRecord([""])
+
+    def marshal_csv(self) -> list[str]:
+        return list(self)
+
+    def unmarshal_csv(self, fields: list[str]) -> None:
+        if not fields:
+            raise ValueError("a CSVRecord needs at least the UUID field")
+        try:
+            uuid.UUID(fields[0])
+        except ValueError:
+            raise ValueError(f"first field of a CSVRecord is not a UUID: {fields[0]!r}") from None
+        self[:] = fields
+
+
+class ProtoMessage:
+    """A protobuf message (``.pb``) with its UUID in one of its fields.
+
+    Made by :func:`proto_message_type`; the fixed-header protobuf framing
+    calls ``SerializeToString`` and ``ParseFromString``, which go to ``.pb``.
+    """
+
+    __slots__ = ("pb",)
+    pb_class: ClassVar[Any]
+    uuid_field: ClassVar[str]
+    uuid_as_bytes: ClassVar[bool]
+
+    def __init__(self, pb: Any = None, **fields: Any) -> None:
+        self.pb = self.pb_class(**fields) if pb is None else pb
+
+    def get_uuid(self) -> uuid.UUID:
+        return _as_uuid(getattr(self.pb, self.uuid_field))
+
+    def set_uuid(self, u: uuid.UUID) -> None:
+        setattr(self.pb, self.uuid_field, u.bytes if self.uuid_as_bytes else str(u))
+
+    def new_acknowledgement(self, journal: str) -> Self:
+        return type(self)()
+
+    def SerializeToString(self, **kwargs: Any) -> bytes:  # noqa: N802 -- protobuf's name
+        return cast(bytes, self.pb.SerializeToString(**kwargs))
+
+    def ParseFromString(self, data: bytes) -> int:  # noqa: N802 -- protobuf's name
+        self.pb.Clear()
+        return cast(int, self.pb.ParseFromString(data))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ProtoMessage) and self.pb == other.pb
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.pb!r})"
+
+
+def proto_message_type(pb_class: Any, uuid_field: str = "uuid") -> type[ProtoMessage]:
+    """A :class:`ProtoMessage` type for ``pb_class``, whose ``uuid_field`` is a
+    ``bytes`` (16 raw bytes) or ``string`` (canonical form) field."""
+    fd = pb_class.DESCRIPTOR.fields_by_name.get(uuid_field)
+    if fd is None:
+        raise ValueError(f"{pb_class.DESCRIPTOR.full_name} has no field {uuid_field!r}")
+    if fd.type not in (fd.TYPE_BYTES, fd.TYPE_STRING):
+        raise ValueError(f"{pb_class.DESCRIPTOR.full_name}.{uuid_field} must be bytes or string")
+    return type(
+        pb_class.DESCRIPTOR.name,
+        (ProtoMessage,),
+        {
+            "__slots__": (),
+            "pb_class": pb_class,
+            "uuid_field": uuid_field,
+            "uuid_as_bytes": fd.type == fd.TYPE_BYTES,
+        },
+    )

@@ -1,0 +1,151 @@
+"""Message UUIDs: RFC 4122 version 1 UUIDs carrying a producer's Clock and Flags.
+
+Byte layout (big-endian), as Gazette's ``BuildUUID``::
+
+     0                   1                   2                   3
+     0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1 2 3 4 5 6 7 8 9 0 1
+    +---------------------------------------------------------------+
+    |                 time_low = clock >> 4 (32 bits)               |
+    +-------------------------------+-------+-----------------------+
+    |  time_mid = clock >> 36 (16)  | ver=1 | time_hi = clock >> 52 |
+    +---+-------+-------------------+-------+-----------------------+
+    |1 0|counter|      flags (10)   |                               |
+    +---+-------+-------------------+        node = ProducerID      |
+    |                            (48 bits)                          |
+    +---------------------------------------------------------------+
+
+``counter`` is the low 4 bits of the Clock, so a Clock is the 60-bit UUID
+timestamp (100 ns units since 1582-10-15) followed by a 4-bit sequence counter:
+16 UUIDs per 100 ns per producer before the clock runs ahead of the wall.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import threading
+import time
+import uuid
+from typing import Final
+
+#: Offset between the UUID epoch (1582-10-15) and the Unix epoch, in 100 ns.
+UUID_EPOCH_OFFSET: Final = 122192928000000000
+
+_MASK48: Final = (1 << 48) - 1
+_MAX_FLAGS: Final = 0x3FF
+_UUID_NEW = object.__new__
+_SET = object.__setattr__
+_SAFE = uuid.SafeUUID.unknown
+
+
+class Flags(enum.IntEnum):
+    """Transaction semantics of a message, the 10 low bits of its clock sequence."""
+
+    #: Not part of a transaction: commits on its own as soon as it is read.
+    OUTSIDE_TXN = 0x0
+    #: Begins or continues a transaction, committed by a later ACK_TXN with a
+    #: larger clock, or rolled back by one with a smaller clock.
+    CONTINUE_TXN = 0x1
+    #: Acknowledges (commits) the producer's preceding CONTINUE_TXN messages
+    #: whose clocks are not larger than its own.
+    ACK_TXN = 0x2
+
+
+def new_producer_id() -> bytes:
+    """6 cryptographically random bytes, with the multicast bit set as RFC 4122
+    asks of node identifiers that are not MAC addresses."""
+    b = bytearray(os.urandom(6))
+    b[0] |= 0x01
+    return bytes(b)
+
+
+def new_clock(unix_ns: int) -> int:
+    """The Clock of a wall time given in nanoseconds since the Unix epoch."""
+    return ((unix_ns // 100) + UUID_EPOCH_OFFSET) << 4
+
+
+def _uuid_from_int(value: int) -> uuid.UUID:
+    # uuid.UUID(int=...) re-validates its argument; the value built here is in
+    # range by construction, so set the slots directly (three times faster).
+    u = _UUID_NEW(uuid.UUID)
+    _SET(u, "int", value)
+    _SET(u, "is_safe", _SAFE)
+    return u
+
+
+def build_uuid(producer: bytes, clock: int, flags: int) -> uuid.UUID:
+    """A v1 UUID from a 6-byte ProducerID, a Clock and 10 bits of Flags."""
+    if len(producer) != 6:
+        raise ValueError(f"producer must be 6 bytes, not {len(producer)}")
+    if flags > _MAX_FLAGS or flags < 0:
+        raise ValueError(f"flags must be in 0..0x3ff, not {flags:#x}")
+    return _uuid_from_int(
+        (((clock >> 4) & 0xFFFFFFFF) << 96)
+        | (((clock >> 36) & 0xFFFF) << 80)
+        | ((((clock >> 52) & 0x0FFF) | 0x1000) << 64)
+        | ((((clock << 10) & 0x3C00) | flags | 0x8000) << 48)
+        | int.from_bytes(producer, "big")
+    )
+
+
+def clock_of_int(i: int) -> int:
+    """The Clock of a UUID given as its 128-bit integer."""
+    return (
+        (((i >> 64) & 0x0FFF) << 52)
+        | (((i >> 80) & 0xFFFF) << 36)
+        | ((i >> 96) << 4)
+        | ((i >> 58) & 0xF)
+    )
+
+
+def get_clock(u: uuid.UUID) -> int:
+    """The Clock (timestamp and counter) of a UUID; 0 for the nil UUID."""
+    return clock_of_int(u.int)
+
+
+def get_flags(u: uuid.UUID) -> int:
+    """The 10 flag bits of a UUID's clock sequence."""
+    return (u.int >> 48) & _MAX_FLAGS
+
+
+def get_producer_id(u: uuid.UUID) -> bytes:
+    """The 6-byte node identifier (ProducerID) of a UUID."""
+    return (u.int & _MASK48).to_bytes(6, "big")
+
+
+def clock_to_unix_ns(clock: int) -> int:
+    """Nanoseconds since the Unix epoch of a Clock's timestamp (counter dropped)."""
+    return ((clock >> 4) - UUID_EPOCH_OFFSET) * 100
+
+
+class Clock:
+    """A monotonic, thread-safe Clock: 60 bits of timestamp, 4 of counter.
+
+    ``tick()`` adds one; ``update()`` moves it to the wall clock, never back.
+    """
+
+    __slots__ = ("_lock", "_value")
+
+    def __init__(self, value: int = 0) -> None:
+        self._value = value
+        self._lock = threading.Lock()
+
+    @property
+    def value(self) -> int:
+        return self._value
+
+    def tick(self) -> int:
+        """Add one to the clock and return the new value."""
+        with self._lock:
+            self._value += 1
+            return self._value
+
+    def update(self, unix_ns: int | None = None) -> None:
+        """Set the clock to the time ``unix_ns`` (default now) if that is later."""
+        nxt = new_clock(time.time_ns() if unix_ns is None else unix_ns)
+        with self._lock:
+            if nxt > self._value:
+                self._value = nxt
+
+    def __repr__(self) -> str:
+        return f"Clock({self._value})"
