@@ -73,7 +73,15 @@ from ._mapping import mmh3_32 as mmh3_32
 from ._mapping import modulo_mapping as modulo_mapping
 from ._mapping import random_mapping as random_mapping
 from ._mapping import rendezvous_mapping as rendezvous_mapping
+from ._publisher import AckIntent as AckIntent
+from ._publisher import Publisher as Publisher
+from ._reader import ReadCommittedIter as ReadCommittedIter
+from ._reader import ReadUncommittedIter as ReadUncommittedIter
 from ._sequencer import Sequencer as Sequencer
+from ._transaction import IntentLog as IntentLog
+from ._transaction import IntentLogError as IntentLogError
+from ._transaction import Transaction as Transaction
+from ._transaction import write_intents as write_intents
 from ._types import NIL_UUID as NIL_UUID
 from ._types import CSVRecord as CSVRecord
 from ._types import DataclassMessage as DataclassMessage
@@ -100,12 +108,14 @@ __all__ = [
     "Message", "Envelope", "JournalProducer", "ProducerState", "NewMessageFunc",
     "NIL_UUID", "JsonDocument", "document_type", "DataclassMessage", "CSVRecord",
     "ProtoMessage", "proto_message_type", "sortable_uuid",
-    # sequencing and checkpoints
-    "Sequencer", "Checkpoint",
+    # publishing
+    "Publisher", "AckIntent", "Transaction", "IntentLog", "write_intents",
+    # reading, sequencing and checkpoints
+    "ReadUncommittedIter", "ReadCommittedIter", "Sequencer", "Checkpoint",
     # mapping
     "MappingFunc", "MappingKeyFunc", "PartitionsFunc", "modulo_mapping",
     "rendezvous_mapping", "random_mapping", "fnv1a_32", "mmh3_32",
     # errors
     "MessageError", "MustStartReplay", "ReplayError", "EmptyPartitionsError",
-    "CheckpointError",
+    "CheckpointError", "IntentLogError",
 ]

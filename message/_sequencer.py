@@ -390,31 +390,46 @@ class Sequencer:
         """
         if self._out_pos < len(self._out) or self._replay is not None:
             raise RuntimeError("committed messages remain to dequeue")
-        positive = (
-            prune_horizon > datetime.timedelta(0)
-            if isinstance(prune_horizon, datetime.timedelta)
-            else prune_horizon > 0
-        )
-        if positive:
-            newest: dict[str, int] = {}
-            for p in self._partials.values():
-                if p.last_ack > newest.get(p.journal, -1):
-                    newest[p.journal] = p.last_ack
-            units = _horizon_units(prune_horizon)
-            stale = [
-                key
-                for key, p in self._partials.items()
-                if p.last_ack < newest[p.journal] - units
-            ]
-            for key in stale:
-                p = self._partials.pop(key)
-                p.ring_start = p.ring_stop = -1  # ring entries may still name it
+        self._prune(prune_horizon, None)
         return [
             ProducerState(p.journal, p.producer.to_bytes(6, "big"), p.last_ack, p.begin)
             for p in self._partials.values()
         ]
 
-    def checkpoint_states(self) -> tuple[list[ProducerState], tuple[str, int] | None]:
+    def _prune(self, horizon: float | datetime.timedelta, keep: _Partial | None) -> None:
+        positive = (
+            horizon > datetime.timedelta(0)
+            if isinstance(horizon, datetime.timedelta)
+            else horizon > 0
+        )
+        if not positive:
+            return
+        newest: dict[str, int] = {}
+        for p in self._partials.values():
+            if p.last_ack > newest.get(p.journal, -1):
+                newest[p.journal] = p.last_ack
+        units = _horizon_units(horizon)
+        stale = [
+            key
+            for key, p in self._partials.items()
+            if p.last_ack < newest[p.journal] - units and p is not keep
+        ]
+        for key in stale:
+            p = self._partials.pop(key)
+            p.ring_start = p.ring_stop = -1  # ring entries may still name it
+
+    def restore(self, states: Iterable[ProducerState]) -> None:
+        """Replace the producer states of a Sequencer that has queued nothing."""
+        if self._ring[0] is not None or self._out or self._replay is not None:
+            raise ValueError("cannot restore producer states into a Sequencer that has queued")
+        self._partials.clear()
+        for s in states:
+            pid = int.from_bytes(s.producer, "big")
+            self._partials[(s.journal, pid)] = _Partial(s.journal, pid, s.last_ack, s.begin)
+
+    def checkpoint_states(
+        self, prune_horizon: float | datetime.timedelta = 0
+    ) -> tuple[list[ProducerState], tuple[str, int] | None]:
         """Producer states that are valid at any moment, even while a committed
         sequence is partly dequeued; with, in that case, ``(journal, offset)``
         where reading must resume: the offset of the envelope that committed
@@ -428,8 +443,9 @@ class Sequencer:
         drained = self._out_pos >= len(self._out) and self._replay is None
         inflight = self._inflight
         if drained or inflight is None:
-            return self.producer_states(), None
+            return self.producer_states(prune_horizon), None
         p, commit, old_last_ack, old_begin = inflight
+        self._prune(prune_horizon, p)
         states = [
             ProducerState(q.journal, q.producer.to_bytes(6, "big"), q.last_ack, q.begin)
             for q in self._partials.values()

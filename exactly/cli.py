@@ -1,0 +1,456 @@
+"""The ``exactly`` command line.
+
+Every subcommand works on a journal store directory: ``--root``, or the
+``EXACTLY_ROOT`` environment variable, or ``./exactly-store``. User mistakes
+print one line, ``exactly: error: ...``, and exit with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+CONTENT_TYPES = {
+    "ndjson": "application/x-ndjson",
+    "json": "application/x-ndjson",
+    "csv": "text/csv",
+    "proto": "application/x-protobuf-fixed",
+}
+
+
+class UsageError(Exception):
+    """A mistake of the user's, reported as one line."""
+
+
+# -- helpers ----------------------------------------------------------------------
+
+
+def _root(args: argparse.Namespace) -> Path:
+    return Path(args.root or os.environ.get("EXACTLY_ROOT") or "exactly-store")
+
+
+def _store(args: argparse.Namespace, *, must_exist: bool = True) -> Any:
+    from journal import LocalJournalStore
+
+    root = _root(args)
+    if must_exist and not root.is_dir():
+        raise UsageError(f"no journal store at {root} (create a journal first, or pass --root)")
+    return LocalJournalStore(root)
+
+
+def _parse_duration(text: str) -> float:
+    """Seconds of ``90``, ``90s``, ``15m``, ``2h`` or ``7d``."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not m:
+        raise UsageError(f"not a duration: {text!r} (use e.g. 90s, 15m, 2h, 7d)")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def _parse_time(text: str) -> int:
+    """Unix nanoseconds of an ISO-8601 time, or of a duration ago (``15m``)."""
+    try:
+        return time.time_ns() - int(_parse_duration(text) * 1e9)
+    except UsageError:
+        pass
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(
+            f"not a time: {text!r} (use ISO-8601 or a duration ago such as 15m)"
+        ) from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return int(t.timestamp() * 1e9)
+
+
+def _new_message_func(spec: Any, proto: str | None) -> Callable[[Any], Any]:
+    from message import CSVRecord, JsonDocument, proto_message_type
+
+    ct = spec.content_type
+    if ct == CONTENT_TYPES["ndjson"]:
+        return lambda _spec: JsonDocument()
+    if ct == CONTENT_TYPES["csv"]:
+        return lambda _spec: CSVRecord()
+    if ct == CONTENT_TYPES["proto"]:
+        if not proto:
+            raise UsageError(f"{spec.name} holds protobuf frames: name the message class "
+                             "with --proto module.Class")
+        module, _, name = proto.rpartition(".")
+        try:
+            import importlib
+
+            cls = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise UsageError(f"cannot import protobuf class {proto}: {exc}") from None
+        wrapped = proto_message_type(cls)
+        return lambda _spec: wrapped()
+    raise UsageError(f"journal {spec.name} has no known content-type ({ct or 'none'})")
+
+
+def _content(msg: Any) -> Any:
+    if isinstance(msg, dict):
+        return msg
+    if isinstance(msg, list):
+        return msg
+    pb = getattr(msg, "pb", None)
+    if pb is not None:
+        from google.protobuf.json_format import MessageToDict
+
+        return MessageToDict(pb)
+    return repr(msg)
+
+
+def _envelope_doc(env: Any) -> dict[str, Any]:
+    from message import clock_to_unix_ns, get_clock, get_flags, get_producer_id
+
+    u = env.message.get_uuid()
+    clock = get_clock(u)
+    doc: dict[str, Any] = {
+        "journal": env.journal.name,
+        "begin": env.begin,
+        "end": env.end,
+        "uuid": str(u),
+        "producer": get_producer_id(u).hex(),
+        "clock": clock,
+        "flags": get_flags(u),
+    }
+    if clock:
+        ns = clock_to_unix_ns(clock)
+        doc["time"] = dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).isoformat()
+    doc["message"] = _content(env.message)
+    return doc
+
+
+# -- journals ---------------------------------------------------------------------
+
+
+def cmd_journals_create(args: argparse.Namespace) -> int:
+    labels: dict[str, list[str]] = {}
+    for item in args.label or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"a label is name=value, not {item!r}")
+        labels.setdefault(key, []).append(value)
+    ct = CONTENT_TYPES.get(args.content_type, args.content_type)
+    labels["content-type"] = [ct]
+    Path(_root(args)).mkdir(parents=True, exist_ok=True)
+    with _store(args) as store:
+        for name in args.names:
+            spec = store.create(name, labels)
+            print(f"created {spec.name} ({spec.content_type})")
+    return 0
+
+
+def cmd_journals_list(args: argparse.Namespace) -> int:
+    with _store(args) as store:
+        specs = store.list(args.selector or "")
+        for spec in specs:
+            head = store.head(spec.name)
+            if args.json:
+                labels = {k: list(spec.labels.values(k)) for k in spec.labels}
+                print(orjson.dumps({"name": spec.name, "head": head, "labels": labels}).decode())
+            else:
+                print(f"{spec.name}\t{spec.content_type or '-'}\t{head} bytes")
+        if not specs and not args.json:
+            print("no journals", file=sys.stderr)
+    return 0
+
+
+def cmd_journals_trim(args: argparse.Namespace) -> int:
+    if args.before is None and args.older_than is None:
+        raise UsageError("say what to trim: --before OFFSET and/or --older-than DURATION")
+    older = _parse_duration(args.older_than) if args.older_than else None
+    with _store(args) as store:
+        first = store.trim(args.name, before_offset=args.before, older_than=older)
+        print(f"{args.name}: first readable offset is now {first}")
+    return 0
+
+
+# -- append -----------------------------------------------------------------------
+
+
+def _input_messages(spec: Any, lines: Iterator[bytes], fmt: str) -> Iterator[tuple[int, Any]]:
+    import csv
+
+    from message import CSVRecord, JsonDocument
+
+    ct = spec.content_type
+    for n, raw in enumerate(lines, 1):
+        line = raw.rstrip(b"\r\n")
+        if not line.strip():
+            continue
+        if ct == CONTENT_TYPES["ndjson"]:
+            if fmt == "lines":
+                yield n, JsonDocument(text=line.decode("utf-8", "replace"))
+                continue
+            try:
+                doc = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise UsageError(f"line {n}: not a JSON document ({exc})") from None
+            if not isinstance(doc, dict):
+                raise UsageError(f"line {n}: a JSON object is needed, not {type(doc).__name__}")
+            yield n, JsonDocument(doc)
+        elif ct == CONTENT_TYPES["csv"]:
+            fields = next(csv.reader([line.decode("utf-8", "replace")]))
+            yield n, CSVRecord(["", *fields])
+        else:
+            raise UsageError(f"cannot append text lines to {spec.name} ({ct or 'no content-type'})")
+
+
+def cmd_append(args: argparse.Namespace) -> int:
+    from message import IntentLog, Publisher, Transaction
+
+    src: IO[bytes] = open(args.file, "rb") if args.file else sys.stdin.buffer  # noqa: SIM115
+    try:
+        with _store(args) as store:
+            spec = store.get(args.name)
+
+            def mapping(_msg: Any) -> tuple[str, str]:
+                return spec.name, spec.content_type or ""
+
+            pub = Publisher(store)
+            count = 0
+            if args.transaction:
+                log = IntentLog(_root(args) / ".intents" / f"{pub.producer_id.hex()}.json")
+                with Transaction(pub, log) as txn:
+                    for _, msg in _input_messages(spec, iter(src), args.format):
+                        txn.publish(mapping, msg)
+                        count += 1
+            else:
+                for _, msg in _input_messages(spec, iter(src), args.format):
+                    pub.publish_committed(mapping, msg)
+                    count += 1
+            store.flush()
+            head = store.head(spec.name)
+        print(f"appended {count} messages to {spec.name} (now {head} bytes)", file=sys.stderr)
+    finally:
+        if args.file:
+            src.close()
+    return 0
+
+
+# -- read -------------------------------------------------------------------------
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    from message import ReadCommittedIter, ReadUncommittedIter, clock_to_unix_ns, get_clock
+
+    since = _parse_time(args.since) if args.since else None
+    out = sys.stdout.buffer
+    with _store(args) as store:
+        spec = store.get(args.name)
+        new_message = _new_message_func(spec, args.proto)
+        kwargs: dict[str, Any] = {"offset": args.offset, "block": args.follow,
+                                  "skip_corrupt": args.skip_corrupt}
+        it: Any
+        if args.uncommitted:
+            it = ReadUncommittedIter(store, spec.name, new_message, **kwargs)
+        else:
+            it = ReadCommittedIter(store, spec.name, new_message, **kwargs)
+        shown = 0
+        try:
+            for env in it:
+                if since is not None:
+                    clock = get_clock(env.message.get_uuid())
+                    if clock and clock_to_unix_ns(clock) < since:
+                        continue
+                out.write(orjson.dumps(_envelope_doc(env), option=orjson.OPT_APPEND_NEWLINE))
+                shown += 1
+                if args.follow:
+                    out.flush()
+                if args.limit and shown >= args.limit:
+                    break
+        except BrokenPipeError:
+            pass
+        finally:
+            it.close()
+        if it.skipped:
+            print(f"skipped {it.skipped} corrupt frames", file=sys.stderr)
+    return 0
+
+
+# -- inspect ----------------------------------------------------------------------
+
+
+def _load_checkpoint(path: str) -> Any:
+    from message import Checkpoint
+
+    data = Path(path).read_bytes()
+    if data.lstrip()[:1] == b"{":
+        return Checkpoint.from_json(data)
+    return Checkpoint.from_bytes(data)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from message import (
+        Flags,
+        MustStartReplay,
+        ReadUncommittedIter,
+        Sequencer,
+        clock_to_unix_ns,
+        get_flags,
+        get_producer_id,
+    )
+
+    if args.checkpoint:
+        cp = _load_checkpoint(args.checkpoint)
+        print(orjson.dumps(cp.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        return 0
+    if not args.name:
+        raise UsageError("name a journal to inspect, or pass --checkpoint FILE")
+    with _store(args) as store:
+        spec = store.get(args.name)
+        new_message = _new_message_func(spec, args.proto)
+        seq = Sequencer()
+        frames = committed = 0
+        per_producer: dict[bytes, list[int]] = {}
+        it = ReadUncommittedIter(store, spec.name, new_message, skip_corrupt=True)
+        for env in it:
+            frames += 1
+            u = env.message.get_uuid()
+            stats = per_producer.setdefault(get_producer_id(u), [0, 0, 0])
+            stats[0] += 1
+            if get_flags(u) == Flags.ACK_TXN:
+                stats[1] += 1
+            seq.queue_uncommitted(env)
+            while True:
+                try:
+                    c = seq.deque_committed()
+                except MustStartReplay as need:
+                    seq.start_replay(
+                        ReadUncommittedIter(store, spec.name, new_message,
+                                            offset=need.begin, end_offset=need.end)
+                    )
+                    continue
+                if c is None:
+                    break
+                committed += 1
+                per_producer[get_producer_id(c.message.get_uuid())][2] += 1
+        states = {s.producer: s for s in seq.producer_states()}
+        print(f"journal {spec.name}: {store.head(spec.name)} bytes, {frames} frames, "
+              f"{committed} committed, {frames - committed} dropped or pending"
+              + (f", {it.skipped} corrupt skipped" if it.skipped else ""))
+        print("producer      frames  acks  committed  last_ack                          open txn")
+        for pid, (n, acks, comm) in sorted(per_producer.items()):
+            s = states.get(pid)
+            when = "-"
+            if s is not None and s.last_ack:
+                ns = clock_to_unix_ns(s.last_ack)
+                when = dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).isoformat()
+            txn = f"since offset {s.begin}" if s is not None and s.begin >= 0 else "-"
+            print(f"{pid.hex()}  {n:6d}  {acks:4d}  {comm:9d}  {when:32s}  {txn}")
+    return 0
+
+
+# -- demo and bench ---------------------------------------------------------------
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from pipeline.demo import run_demo
+
+    return int(run_demo(Path(args.store)) or 0)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from benchmarks.run import main as bench_main
+
+    argv = (["--quick"] if args.quick else []) + [f"--only={o}" for o in args.only or []]
+    return bench_main(argv)
+
+
+# -- parser -----------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="exactly",
+        description="Exactly-once messaging over append-only journals.",
+    )
+    p.add_argument("--root", help="journal store directory (default: $EXACTLY_ROOT or "
+                                  "./exactly-store)")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    j = sub.add_parser("journals", help="create, list and trim journals")
+    jsub = j.add_subparsers(dest="action", metavar="ACTION", required=True)
+    c = jsub.add_parser("create", help="create journals")
+    c.add_argument("names", nargs="+", metavar="NAME")
+    c.add_argument("--content-type", "-t", default="ndjson",
+                   help="ndjson (default), csv, proto, or a full content type")
+    c.add_argument("--label", "-l", action="append", metavar="NAME=VALUE")
+    c.set_defaults(func=cmd_journals_create)
+    ls = jsub.add_parser("list", help="list journals")
+    ls.add_argument("--selector", "-s", help="label selector, e.g. 'topic=clicks'")
+    ls.add_argument("--json", action="store_true", help="one JSON document per journal")
+    ls.set_defaults(func=cmd_journals_list)
+    t = jsub.add_parser("trim", help="remove old fragments (retention)")
+    t.add_argument("name")
+    t.add_argument("--before", type=int, metavar="OFFSET")
+    t.add_argument("--older-than", metavar="DURATION", help="e.g. 7d, 12h")
+    t.set_defaults(func=cmd_journals_trim)
+
+    a = sub.add_parser("append", help="publish stdin lines (JSON documents) to a journal")
+    a.add_argument("name")
+    a.add_argument("--file", "-f", help="read from this file instead of stdin")
+    a.add_argument("--format", choices=("json", "lines"), default="json",
+                   help="json: one JSON object per line (default); lines: wrap each line "
+                        "as {\"text\": line}")
+    a.add_argument("--transaction", action="store_true",
+                   help="publish all lines as one transaction, committed at the end")
+    a.set_defaults(func=cmd_append)
+
+    r = sub.add_parser("read", help="read messages as NDJSON with envelope metadata")
+    r.add_argument("name")
+    mode = r.add_mutually_exclusive_group()
+    mode.add_argument("--committed", action="store_true", help="committed only (default)")
+    mode.add_argument("--uncommitted", action="store_true", help="every frame")
+    r.add_argument("--offset", type=int, default=0, help="journal offset to start at")
+    r.add_argument("--since", help="only messages published since a time (ISO-8601, or 15m)")
+    r.add_argument("--follow", "-F", action="store_true", help="wait for new messages")
+    r.add_argument("--limit", "-n", type=int, default=0, help="stop after this many")
+    r.add_argument("--skip-corrupt", action="store_true", help="skip undecodable frames")
+    r.add_argument("--proto", help="protobuf message class (module.Class) of a proto journal")
+    r.set_defaults(func=cmd_read)
+
+    i = sub.add_parser("inspect", help="producers and open transactions of a journal, "
+                                       "or what a checkpoint holds")
+    i.add_argument("name", nargs="?")
+    i.add_argument("--checkpoint", metavar="FILE", help="a checkpoint (JSON or protobuf)")
+    i.add_argument("--proto", help="protobuf message class (module.Class) of a proto journal")
+    i.set_defaults(func=cmd_inspect)
+
+    d = sub.add_parser("demo", help="run the demo pipeline end to end on a local store")
+    d.add_argument("--store", default="demo-store", help="store directory (default ./demo-store)")
+    d.set_defaults(func=cmd_demo)
+
+    b = sub.add_parser("bench", help="run the benchmarks and print a table")
+    b.add_argument("--quick", action="store_true", help="small sizes: check they run")
+    b.add_argument("--only", action="append", metavar="NAME", help="only this benchmark")
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from framing import FramingError
+    from journal import JournalError
+    from message import MessageError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except (UsageError, MessageError, FramingError, JournalError, ValueError, OSError) as exc:
+        where = ""
+        if getattr(exc, "offset", None) is not None and getattr(exc, "journal", None):
+            where = f" (journal {exc.journal}, offset {exc.offset})"  # type: ignore[attr-defined]
+        print(f"exactly: error: {exc}{where}", file=sys.stderr)
+        return 1

@@ -1,0 +1,161 @@
+"""The Publisher: map, sequence (stamp a UUID), frame and append messages."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from framing import Framing, framing_by_content_type
+
+from ._interfaces import MappingFunc, Message
+from ._uuid import Clock, Flags, build_uuid, new_producer_id
+
+if TYPE_CHECKING:
+    from journal import AppendResult, JournalClient
+
+
+@dataclass(slots=True)
+class AckIntent:
+    """A framed ACK message and the journal it acknowledges a transaction in.
+
+    Make intents durable (see :class:`IntentLog`) *before* appending them:
+    a transaction commits when all of its intents are written, and a crash
+    half-way must be repaired by writing them again.
+    """
+
+    journal: str
+    intent: bytes
+
+
+class Publisher:
+    """Maps, sequences and appends messages to journals.
+
+    ``publish_committed`` messages are read-committed at once.
+    ``publish_uncommitted`` messages wait for the ACK intents that
+    ``build_ack_intents`` returns, and are discarded if a roll-back intent
+    (``build_rollback_intents``) comes instead.
+
+    With no ``clock``, the Publisher keeps its own and moves it to the wall
+    clock on each publish; a caller-managed clock should be updated by the
+    caller now and then, which saves a system call per message.
+    """
+
+    __slots__ = (
+        "_client", "_clock", "_framings", "_last_commit", "_lock", "_own_clock",
+        "_pending", "_producer", "_txn_base",
+    )
+
+    def __init__(self, client: JournalClient, clock: Clock | None = None) -> None:
+        self._client = client
+        self._own_clock = clock is None
+        self._clock = Clock() if clock is None else clock
+        if self._own_clock:
+            self._clock.update()
+        self._producer = new_producer_id()
+        # One lock orders "tick the clock, stamp, frame, append", so that clocks
+        # increase in each journal's append order even with many threads.
+        self._lock = threading.Lock()
+        self._framings: dict[str, Framing] = {}
+        # Journals with uncommitted messages since the last build_*_intents,
+        # in first-publish order, with a message to make the ACK from.
+        self._pending: dict[str, Message] = {}
+        # Per journal: the clock of this producer's last commit there (an
+        # ACK intent built, or a committed publish); and, for an open
+        # transaction, the clock a roll-back must carry.
+        self._last_commit: dict[str, int] = {}
+        self._txn_base: dict[str, int] = {}
+
+    @property
+    def producer_id(self) -> bytes:
+        """The 6-byte ProducerID stamped on every message of this Publisher."""
+        return self._producer
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def _framing(self, content_type: str) -> Framing:
+        f = self._framings.get(content_type)
+        if f is None:
+            f = self._framings[content_type] = framing_by_content_type(content_type)
+        return f
+
+    def _publish(self, mapping: MappingFunc, msg: Message, flags: int) -> Future[AppendResult]:
+        validate = getattr(msg, "validate", None)
+        if validate is not None:
+            validate()
+        journal, content_type = mapping(msg)
+        framing = self._framing(content_type)
+        if self._own_clock:
+            self._clock.update()
+        with self._lock:
+            clock = self._clock.tick()
+            msg.set_uuid(build_uuid(self._producer, clock, flags))
+            frame = framing.marshal(msg)
+            future = self._client.append(journal, frame)
+            if flags == Flags.CONTINUE_TXN:
+                if journal not in self._pending:
+                    self._pending[journal] = msg
+                    # A reader that never saw this producer in the journal
+                    # starts it at (first clock - 1): roll back to that.
+                    self._txn_base[journal] = self._last_commit.get(journal, clock - 1)
+            else:
+                self._last_commit[journal] = clock
+        return future
+
+    def publish_committed(self, mapping: MappingFunc, msg: Message) -> Future[AppendResult]:
+        """Publish ``msg`` for immediate read-committed consumption.
+
+        Validates it (``msg.validate()`` if it has one), maps it, then stamps
+        it with a fresh OUTSIDE_TXN UUID, frames it and appends it. Safe for
+        concurrent use. The future resolves when the append is durable.
+        """
+        return self._publish(mapping, msg, Flags.OUTSIDE_TXN)
+
+    def publish_uncommitted(self, mapping: MappingFunc, msg: Message) -> Future[AppendResult]:
+        """Publish ``msg`` as part of this Publisher's open transaction.
+
+        It is read-committed only once the transaction's ACK intents are
+        written. The journal is remembered for the next ``build_ack_intents``.
+        """
+        return self._publish(mapping, msg, Flags.CONTINUE_TXN)
+
+    def _intents(self, rollback: bool) -> list[AckIntent]:
+        with self._lock:
+            out = []
+            for journal, msg in self._pending.items():
+                ack = msg.new_acknowledgement(journal)
+                if rollback:
+                    # Readers' last_ack for this producer becomes this clock.
+                    clock = self._last_commit[journal] = self._txn_base[journal]
+                else:
+                    clock = self._clock.tick()
+                    self._last_commit[journal] = clock
+                ack.set_uuid(build_uuid(self._producer, clock, Flags.ACK_TXN))
+                content_type = self._client.get(journal).content_type or ""
+                out.append(AckIntent(journal, self._framing(content_type).marshal(ack)))
+            self._pending.clear()
+            self._txn_base.clear()
+            return out
+
+    def build_ack_intents(self) -> list[AckIntent]:
+        """ACK intents committing every journal published to uncommitted since
+        the last call, in first-publish order; each is an ACK_TXN message
+        from ``msg.new_acknowledgement(journal)`` with a freshly ticked clock.
+        """
+        return self._intents(rollback=False)
+
+    def build_rollback_intents(self) -> list[AckIntent]:
+        """ACK intents that roll back (abort) the open transaction instead.
+
+        Each carries the clock of this producer's last commit in its journal,
+        so readers discard the transaction's messages and stop waiting for it.
+        """
+        return self._intents(rollback=True)
+
+    @property
+    def has_open_transaction(self) -> bool:
+        """True if messages were published uncommitted since the last intents."""
+        return bool(self._pending)

@@ -1,0 +1,253 @@
+"""Read iterators: every framed message, or only committed ones.
+
+``ReadUncommittedIter`` decodes the frames of a journal into envelopes.
+``ReadCommittedIter`` composes one with a :class:`Sequencer`, starts the
+replays it asks for, and can checkpoint at any moment: a new iterator made
+from that checkpoint yields exactly the committed envelopes not yet yielded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from framing import FramingError, TruncatedFrameError, framing_by_content_type
+
+from ._checkpoint import Checkpoint
+from ._envelope import Envelope
+from ._errors import MustStartReplay
+from ._interfaces import NewMessageFunc
+from ._sequencer import Sequencer
+
+if TYPE_CHECKING:
+    import datetime
+
+    from journal import JournalClient, JournalReader, JournalSpec
+
+log = logging.getLogger("message")
+
+
+class _OffsetTracker:
+    """Wraps a JournalReader to map positions in the byte stream it returned
+    to journal offsets, which jump when retention removed what was asked for.
+
+    Appends are whole frames and fragments hold whole appends, so a jump
+    always falls between two frames."""
+
+    __slots__ = ("jumps", "pos", "reader", "start")
+
+    def __init__(self, reader: JournalReader) -> None:
+        self.reader = reader
+        self.start = reader.offset  # journal offset of stream position 0
+        self.pos = 0
+        self.jumps: deque[tuple[int, int]] = deque()  # (stream position, new start)
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.reader.read(n)
+        # Where this chunk began in the journal, as the reader tells it.
+        begin = self.reader.offset - len(data)
+        if begin != self.start + self.pos:
+            self.jumps.append((self.pos, begin - self.pos))
+        self.pos += len(data)
+        return data
+
+
+class ReadUncommittedIter:
+    """Iterates every framed message of ``journal`` as an :class:`Envelope`:
+    duplicates, and transactions never committed or rolled back, included.
+
+    ``new_message(spec)`` returns an empty message to decode each frame
+    into; the framing is the one of the journal's ``content-type`` label.
+    Iteration ends at ``end_offset``, or at the journal's current end unless
+    ``block`` is True, in which case it waits for further appends.
+
+    A frame that cannot be decoded raises its framing error, with
+    ``.journal`` and ``.offset`` set; with ``skip_corrupt=True`` it is
+    skipped, logged and counted in :attr:`skipped` instead.
+    """
+
+    def __init__(
+        self,
+        client: JournalClient,
+        journal: str,
+        new_message: NewMessageFunc,
+        *,
+        offset: int = 0,
+        end_offset: int | None = None,
+        block: bool = False,
+        skip_corrupt: bool = False,
+    ) -> None:
+        self.spec: JournalSpec = client.get(journal)
+        try:
+            self._framing = framing_by_content_type(self.spec.content_type or "")
+        except FramingError as exc:
+            exc.add_note(f"journal {journal} needs a content-type label with a known framing")
+            raise
+        self._new_message = new_message
+        self._skip_corrupt = skip_corrupt
+        self.skipped = 0
+        #: Journal offset just past the last envelope yielded.
+        self.offset = offset
+        self._reader = client.read(journal, offset, end_offset, block=block)
+        self._gen = self._generate()
+
+    def _generate(self) -> Iterator[Envelope]:
+        spec, new_message = self.spec, self._new_message
+        unmarshal = self._framing.unmarshal_frame
+        tracker = _OffsetTracker(self._reader)
+        jumps = tracker.jumps
+        base = tracker.start
+        try:
+            frames = self._framing.read_frames(tracker)
+            while True:
+                try:
+                    begin, end, frame = next(frames)
+                except StopIteration:
+                    return
+                except TruncatedFrameError as exc:
+                    self._corrupt(exc, base + getattr(exc, "offset", 0) if not jumps else -1)
+                    return
+                if jumps and jumps[0][0] <= begin:
+                    while jumps and jumps[0][0] <= begin:
+                        _, base = jumps.popleft()
+                    log.warning("%s: offset jumped to %d (removed by retention)",
+                                spec.name, base + begin)
+                msg = new_message(spec)
+                try:
+                    unmarshal(frame, msg)
+                except FramingError as exc:
+                    self._corrupt(exc, base + begin)
+                    continue
+                self.offset = base + end
+                yield Envelope(spec, base + begin, base + end, msg)
+        finally:
+            self._reader.close()
+
+    def _corrupt(self, exc: FramingError, offset: int) -> None:
+        exc_any: Any = exc
+        exc_any.journal = self.spec.name
+        exc_any.offset = offset
+        if not self._skip_corrupt:
+            exc.add_note(f"in journal {self.spec.name} at offset {offset}")
+            raise exc
+        self.skipped += 1
+        log.warning("skipped a corrupt frame of %s at offset %d: %s", self.spec.name, offset, exc)
+
+    def __iter__(self) -> Iterator[Envelope]:
+        return self._gen
+
+    def __next__(self) -> Envelope:
+        return next(self._gen)
+
+    def close(self) -> None:
+        """Stop reading and release the journal reader."""
+        self._gen.close()
+
+    def __enter__(self) -> ReadUncommittedIter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ReadCommittedIter:
+    """Iterates the committed messages of ``journal``: a ReadUncommittedIter
+    composed with a :class:`Sequencer`, which replays what it needs itself.
+
+    :meth:`checkpoint` may be called between any two yields; an iterator
+    made with ``checkpoint=`` that checkpoint yields exactly the committed
+    envelopes not yet yielded, none twice and none lost, even in the middle
+    of a transaction. Given a checkpoint, a ``sequencer`` passed alongside
+    must not have queued anything: its buffer size is kept and its producer
+    states become the checkpoint's.
+    """
+
+    def __init__(
+        self,
+        client: JournalClient,
+        journal: str,
+        new_message: NewMessageFunc,
+        sequencer: Sequencer | None = None,
+        *,
+        offset: int = 0,
+        end_offset: int | None = None,
+        block: bool = False,
+        checkpoint: Checkpoint | None = None,
+        skip_corrupt: bool = False,
+    ) -> None:
+        self._client = client
+        self._journal = journal
+        self._new_message = new_message
+        self._base_offsets: dict[str, int] = {}
+        if checkpoint is not None:
+            if sequencer is None:
+                sequencer = Sequencer(checkpoint.states)
+            else:
+                sequencer.restore(checkpoint.states)
+            offset = checkpoint.offsets.get(journal, offset)
+            self._base_offsets = dict(checkpoint.offsets)
+        self.sequencer = Sequencer() if sequencer is None else sequencer
+        self._uncommitted = ReadUncommittedIter(
+            client, journal, new_message, offset=offset, end_offset=end_offset,
+            block=block, skip_corrupt=skip_corrupt,
+        )
+        self.spec = self._uncommitted.spec
+        self._read_through = offset
+        self.replays = 0
+        self._gen = self._generate()
+
+    @property
+    def skipped(self) -> int:
+        """Corrupt frames skipped (with ``skip_corrupt=True``)."""
+        return self._uncommitted.skipped
+
+    def _generate(self) -> Iterator[Envelope]:
+        seq = self.sequencer
+        queue, deque_committed = seq.queue_uncommitted, seq.deque_committed
+        for env in self._uncommitted:
+            self._read_through = env.end
+            queue(env)
+            while True:
+                try:
+                    committed = deque_committed()
+                except MustStartReplay:
+                    begin, end = seq.replay_range()
+                    self.replays += 1
+                    seq.start_replay(
+                        ReadUncommittedIter(
+                            self._client, self._journal, self._new_message,
+                            offset=begin, end_offset=end,
+                        )
+                    )
+                    continue
+                if committed is None:
+                    break
+                yield committed
+
+    def checkpoint(self, prune_horizon: float | datetime.timedelta = 0) -> Checkpoint:
+        """Where to resume: read offset and producer states, valid between any
+        two yields. ``prune_horizon`` forgets producers idle that long (see
+        :meth:`Sequencer.producer_states`)."""
+        states, inflight = self.sequencer.checkpoint_states(prune_horizon)
+        offsets = dict(self._base_offsets)
+        offsets[self._journal] = inflight[1] if inflight is not None else self._read_through
+        return Checkpoint(offsets, states)
+
+    def __iter__(self) -> Iterator[Envelope]:
+        return self._gen
+
+    def __next__(self) -> Envelope:
+        return next(self._gen)
+
+    def close(self) -> None:
+        """Stop reading and release the journal reader."""
+        self._gen.close()
+        self._uncommitted.close()
+
+    def __enter__(self) -> ReadCommittedIter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

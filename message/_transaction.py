@@ -1,0 +1,182 @@
+"""Transactions with durable ACK intents, and their recovery.
+
+A transaction commits when its ACK intents are written to *every* journal it
+published to. A crash half-way through writing them would leave some
+journals committed and others not — so the intents are first made durable
+in an :class:`IntentLog`, then written, then the log is cleared. On restart,
+:meth:`IntentLog.recover` writes whatever intents the log still holds:
+writing an ACK twice is harmless (the second one rolls back nothing).
+
+::
+
+    log = IntentLog("state/intents.json")
+    log.recover(client)                     # finish a commit a crash cut short
+    with Transaction(publisher, log) as txn:
+        txn.publish(mapping, msg)
+        ...
+    # committed on a clean exit; aborted (roll-back ACKs written) on an exception
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import tempfile
+from concurrent.futures import Future
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+import orjson
+
+from ._errors import MessageError
+from ._interfaces import MappingFunc, Message
+from ._publisher import AckIntent, Publisher
+
+if TYPE_CHECKING:
+    from journal import AppendResult, JournalClient
+
+
+class IntentLogError(MessageError):
+    """The intent log file exists but cannot be read."""
+
+
+class IntentLog:
+    """A file holding ACK intents that must be written, made durable with an
+    fsync'd write-then-rename so that it is always whole or absent."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def save(self, intents: list[AckIntent]) -> None:
+        """Durably record ``intents`` (replacing what the log held)."""
+        doc = [
+            {"journal": i.journal, "intent": base64.b64encode(i.intent).decode()}
+            for i in intents
+        ]
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".intents-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(orjson.dumps(doc))
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        _fsync_dir(self.path.parent)
+
+    def load(self) -> list[AckIntent]:
+        """The intents the log holds (none if it is absent)."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return []
+        try:
+            return [
+                AckIntent(str(d["journal"]), base64.b64decode(d["intent"], validate=True))
+                for d in orjson.loads(data)
+            ]
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise IntentLogError(f"{self.path}: not an intent log: {exc}") from exc
+
+    def clear(self) -> None:
+        """Forget the intents: they are all written."""
+        self.path.unlink(missing_ok=True)
+        _fsync_dir(self.path.parent)
+
+    def recover(self, client: JournalClient) -> int:
+        """Write the intents left by a commit that did not finish; returns how many."""
+        intents = self.load()
+        if intents:
+            write_intents(client, intents)
+            self.clear()
+        return len(intents)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_intents(client: JournalClient, intents: list[AckIntent]) -> list[AppendResult]:
+    """Append each intent to its journal and wait until all are durable."""
+    futures: list[Future[AppendResult]] = [client.append(i.journal, i.intent) for i in intents]
+    return [f.result() for f in futures]
+
+
+class Transaction:
+    """Publishes messages uncommitted, then commits them all at once (or none).
+
+    On a clean exit of the ``with`` block (or :meth:`commit`), it waits for
+    the messages to be durable, builds the ACK intents, saves them to the
+    ``log`` (when given), writes them, and clears the log. On an exception
+    (or :meth:`abort`) it writes roll-back ACKs, so that readers drop the
+    messages at once instead of waiting for an ACK that will never come.
+    """
+
+    def __init__(self, publisher: Publisher, log: IntentLog | None = None) -> None:
+        self.publisher = publisher
+        self.log = log
+        self._futures: list[Future[AppendResult]] = []
+        self._done = False
+
+    @property
+    def client(self) -> JournalClient:
+        return self.publisher._client
+
+    def publish(self, mapping: MappingFunc, msg: Message) -> Future[AppendResult]:
+        """Publish ``msg`` as part of the transaction."""
+        if self._done:
+            raise RuntimeError("the transaction is already committed or aborted")
+        future = self.publisher.publish_uncommitted(mapping, msg)
+        self._futures.append(future)
+        return future
+
+    def commit(self) -> list[AckIntent]:
+        """Make the transaction's messages visible to read-committed readers."""
+        if self._done:
+            raise RuntimeError("the transaction is already committed or aborted")
+        self._done = True
+        for f in self._futures:
+            f.result()  # the messages must be durable before their ACKs are
+        intents = self.publisher.build_ack_intents()
+        if self.log is not None:
+            self.log.save(intents)
+        write_intents(self.client, intents)
+        if self.log is not None:
+            self.log.clear()
+        return intents
+
+    def abort(self) -> list[AckIntent]:
+        """Roll the transaction back: readers discard its messages."""
+        if self._done:
+            raise RuntimeError("the transaction is already committed or aborted")
+        self._done = True
+        for f in self._futures:
+            with contextlib.suppress(Exception):  # a failed append needs no roll-back
+                f.result()
+        intents = self.publisher.build_rollback_intents()
+        write_intents(self.client, intents)
+        return intents
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._done:
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
