@@ -1,0 +1,83 @@
+"""At-least-once journals: append-only byte streams with byte offsets.
+
+A journal has a name (``examples/events/part-000``), labels (its
+``content-type`` chooses the framing of its messages) and content that only
+grows: appends are atomic, contiguous, ordered, and durable once their future
+resolves. Readers read from any offset, up to an end offset or following new
+appends (``block=True``).
+
+Two implementations of the ``JournalStore`` protocol ship here:
+``LocalJournalStore`` (files on disk, shared by threads and processes; see
+docs/journal-store.md) and ``MemoryJournalClient`` (for tests).
+``journal.testing`` holds the conformance checks every implementation passes.
+
+    from journal import LocalJournalStore
+
+    with LocalJournalStore("/tmp/journals") as store:
+        store.create("events/part-000", {"content-type": "application/x-ndjson"})
+        result = store.append("events/part-000", b'{"n": 1}\\n').result()
+        with store.read("events/part-000", offset=result.begin) as r:
+            assert r.read() == b'{"n": 1}\\n'
+"""
+
+from ._errors import AppendTooLargeError as AppendTooLargeError
+from ._errors import CorruptJournalError as CorruptJournalError
+from ._errors import InvalidJournalNameError as InvalidJournalNameError
+from ._errors import InvalidLabelError as InvalidLabelError
+from ._errors import JournalClosedError as JournalClosedError
+from ._errors import JournalError as JournalError
+from ._errors import JournalExistsError as JournalExistsError
+from ._errors import JournalNotFoundError as JournalNotFoundError
+from ._errors import LabelSelectorError as LabelSelectorError
+from ._errors import OffsetNotYetAvailableError as OffsetNotYetAvailableError
+from ._fragment import Fragment as Fragment
+from ._interfaces import JournalClient as JournalClient
+from ._interfaces import JournalReader as JournalReader
+from ._interfaces import JournalStore as JournalStore
+from ._labels import LabelSelector as LabelSelector
+from ._labels import LabelSet as LabelSet
+from ._labels import parse_label_selector as parse_label_selector
+from ._local import DEFAULT_FRAGMENT_SIZE as DEFAULT_FRAGMENT_SIZE
+from ._local import DEFAULT_MAX_APPEND_SIZE as DEFAULT_MAX_APPEND_SIZE
+from ._local import LocalJournalStore as LocalJournalStore
+from ._local_reader import LocalJournalReader as LocalJournalReader
+from ._memory import MemoryJournalClient as MemoryJournalClient
+from ._memory import MemoryJournalReader as MemoryJournalReader
+from ._spec import CONTENT_TYPE_LABEL as CONTENT_TYPE_LABEL
+from ._spec import AppendResult as AppendResult
+from ._spec import JournalSpec as JournalSpec
+from ._spec import validate_journal_name as validate_journal_name
+
+__all__ = [
+    # Values
+    "JournalSpec",
+    "LabelSet",
+    "LabelSelector",
+    "parse_label_selector",
+    "validate_journal_name",
+    "AppendResult",
+    "Fragment",
+    "CONTENT_TYPE_LABEL",
+    # Contracts
+    "JournalClient",
+    "JournalStore",
+    "JournalReader",
+    # Implementations
+    "LocalJournalStore",
+    "LocalJournalReader",
+    "DEFAULT_FRAGMENT_SIZE",
+    "DEFAULT_MAX_APPEND_SIZE",
+    "MemoryJournalClient",
+    "MemoryJournalReader",
+    # Errors
+    "JournalError",
+    "JournalNotFoundError",
+    "JournalExistsError",
+    "InvalidJournalNameError",
+    "InvalidLabelError",
+    "LabelSelectorError",
+    "AppendTooLargeError",
+    "OffsetNotYetAvailableError",
+    "CorruptJournalError",
+    "JournalClosedError",
+]

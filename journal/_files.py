@@ -1,0 +1,379 @@
+"""The files of one journal directory of a ``LocalJournalStore``.
+
+Everything here is a short sequence of system calls, shared by the writer,
+the readers and the store. The invariants they keep (see docs/journal-store.md):
+
+* Only a holder of the journal's ``@lock`` (``flock``) writes fragment data,
+  the commit record, or renames and removes files.
+* Bytes become visible only through the commit record, which is updated
+  after the data it covers is on disk (``fdatasync``). Bytes past the
+  committed end of the open fragment are garbage from a writer that died,
+  and the next lock holder truncates them.
+* A sealed fragment never holds uncommitted bytes: the open fragment is
+  sealed only once its whole content is committed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import itertools
+import json
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+from ._errors import CorruptJournalError, JournalNotFoundError
+from ._fragment import (
+    COMMIT_FILE,
+    LOCK_FILE,
+    RECORD_SIZE,
+    SPEC_FILE,
+    TEMP_PREFIX,
+    CommitRecord,
+    Fragment,
+    open_name,
+    pack_slot,
+    parse_open_name,
+    parse_record,
+    parse_sealed_name,
+    sealed_name,
+    slot_offset,
+)
+from ._labels import LabelSet
+from ._spec import JournalSpec
+
+SPEC_FORMAT: Final = 1
+# Files are read and hashed in pieces of this size.
+_CHUNK: Final = 1 << 20
+_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalDir:
+    """Paths of one journal's directory: the name's ``/``-separated parts
+    become nested directories under the store root."""
+
+    name: str
+    path: str
+
+    @classmethod
+    def of(cls, root: str, name: str) -> JournalDir:
+        return cls(name, os.path.join(root, *name.split("/")))
+
+    def file(self, base: str) -> str:
+        return os.path.join(self.path, base)
+
+    @property
+    def spec_path(self) -> str:
+        return self.file(SPEC_FILE)
+
+    @property
+    def commit_path(self) -> str:
+        return self.file(COMMIT_FILE)
+
+    @property
+    def lock_path(self) -> str:
+        return self.file(LOCK_FILE)
+
+    def corrupt(self, base: str, reason: str) -> CorruptJournalError:
+        return CorruptJournalError(self.name, self.file(base), reason)
+
+
+# Specs ---------------------------------------------------------------------
+
+
+def read_spec(jd: JournalDir) -> JournalSpec:
+    try:
+        with open(jd.spec_path, "rb") as f:
+            raw = f.read()
+    except (FileNotFoundError, NotADirectoryError):
+        raise JournalNotFoundError(jd.name) from None
+    try:
+        doc = json.loads(raw)
+        if doc.get("format") != SPEC_FORMAT:
+            raise ValueError(f"unsupported format {doc.get('format')!r}")
+        labels = LabelSet(doc["labels"])
+        name = doc["name"]
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise jd.corrupt(SPEC_FILE, f"unreadable journal spec ({err})") from None
+    if name != jd.name:
+        raise jd.corrupt(SPEC_FILE, f"spec names another journal ({name!r})")
+    return JournalSpec(jd.name, labels)
+
+
+def spec_bytes(spec: JournalSpec) -> bytes:
+    doc = {"format": SPEC_FORMAT, "name": spec.name, "labels": spec.labels.to_dict()}
+    return json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n"
+
+
+def write_atomically(jd: JournalDir, base: str, data: bytes) -> None:
+    """Replace file ``base`` with ``data``: temp file, fsync, rename, fsync dir."""
+    tmp = jd.file(f"{TEMP_PREFIX}{base}-{os.getpid()}-{threading.get_ident()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644)
+    try:
+        write_all(fd, data, 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, jd.file(base))
+    fsync_dir(jd.path)
+
+
+# Locking -------------------------------------------------------------------
+
+
+def open_lock(jd: JournalDir, *, create: bool = False) -> int:
+    """Open and ``flock`` the journal's lock file; return its descriptor.
+
+    The lock file is removed when the journal is deleted, so after waiting
+    for the lock we check that we hold the file now at the path, and retry
+    otherwise. Raises ``JournalNotFoundError`` if there is none (and not
+    ``create``)."""
+    flags = os.O_RDWR | _O_CLOEXEC | (os.O_CREAT if create else 0)
+    while True:
+        try:
+            fd = os.open(jd.lock_path, flags, 0o644)
+        except (FileNotFoundError, NotADirectoryError):
+            if create:
+                os.makedirs(jd.path, exist_ok=True)
+                continue
+            raise JournalNotFoundError(jd.name) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if lock_is_current(jd, fd):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # Unlinked while we waited (deleted): start over.
+
+
+def lock_is_current(jd: JournalDir, fd: int) -> bool:
+    """Whether ``fd`` is still the lock file at the journal's path."""
+    try:
+        st = os.stat(jd.lock_path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    mine = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def unlock(fd: int) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def locked(jd: JournalDir) -> Iterator[int]:
+    fd = open_lock(jd)
+    try:
+        yield fd
+    finally:
+        unlock(fd)
+
+
+# The commit record -----------------------------------------------------------
+
+
+def open_commit(jd: JournalDir, *, write: bool = False) -> int:
+    try:
+        return os.open(jd.commit_path, (os.O_RDWR if write else os.O_RDONLY) | _O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        if not os.path.exists(jd.spec_path):
+            raise JournalNotFoundError(jd.name) from None
+        raise jd.corrupt(COMMIT_FILE, "the commit record is missing") from None
+
+
+def read_record(jd: JournalDir, fd: int) -> CommitRecord:
+    rec = parse_record(os.pread(fd, RECORD_SIZE, 0))
+    if rec is None:
+        raise jd.corrupt(COMMIT_FILE, "no valid commit record")
+    return rec
+
+
+def write_record(fd: int, rec: CommitRecord) -> None:
+    """Durably store ``rec`` in its slot (the other slot keeps the previous one)."""
+    write_all(fd, pack_slot(rec), slot_offset(rec.seq))
+    os.fdatasync(fd)
+
+
+# Fragments -------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Scan:
+    """A journal directory's fragment files, checked against their names."""
+
+    sealed: list[Fragment]
+    opens: list[int]  # begin offsets of @open- files found
+
+
+def scan(jd: JournalDir) -> Scan:
+    """List and check the journal's files.
+
+    Raises ``CorruptJournalError`` for a file that does not belong in a
+    journal directory, or a sealed fragment whose size disagrees with its
+    name or which overlaps another. Sub-directories (child journals) are
+    ignored. The SHA-1 of sealed fragments is checked when they are read.
+    """
+    sealed: list[Fragment] = []
+    opens: list[int] = []
+    try:
+        entries = list(os.scandir(jd.path))
+    except (FileNotFoundError, NotADirectoryError):
+        raise JournalNotFoundError(jd.name) from None
+    for entry in entries:
+        base = entry.name
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                continue
+            parsed = parse_sealed_name(base)
+            if parsed is not None:
+                begin, end, sha = parsed
+                st = entry.stat(follow_symlinks=False)
+                if begin >= end:
+                    raise jd.corrupt(base, "fragment name has begin >= end")
+                if st.st_size != end - begin:
+                    raise jd.corrupt(
+                        base,
+                        f"fragment holds {st.st_size} bytes but its name says {end - begin}",
+                    )
+                sealed.append(Fragment(jd.name, begin, end, entry.path, True, st.st_mtime, sha))
+                continue
+            begin_open = parse_open_name(base)
+            if begin_open is not None:
+                opens.append(begin_open)
+            elif base in (SPEC_FILE, COMMIT_FILE, LOCK_FILE) or base.startswith(TEMP_PREFIX):
+                pass
+            else:
+                raise jd.corrupt(base, "unrecognised file in a journal directory")
+        except FileNotFoundError:
+            continue  # Removed by retention or sealed while we listed.
+    sealed.sort(key=lambda f: f.begin)
+    for a, b in itertools.pairwise(sealed):
+        if b.begin < a.end:
+            raise jd.corrupt(
+                os.path.basename(b.path),
+                f"fragment overlaps {os.path.basename(a.path)}",
+            )
+    return Scan(sealed, opens)
+
+
+def fragment_sha1(fd: int, size: int) -> bytes:
+    """SHA-1 of the first ``size`` bytes of the file."""
+    h = hashlib.sha1(usedforsecurity=False)
+    pos = 0
+    while pos < size:
+        chunk = os.pread(fd, min(_CHUNK, size - pos), pos)
+        if not chunk:
+            break
+        h.update(chunk)
+        pos += len(chunk)
+    return h.digest()
+
+
+def recover(jd: JournalDir, commit_fd: int) -> tuple[CommitRecord, int | None]:
+    """Bring the journal to a consistent state; the caller holds the lock.
+
+    Returns the commit record and a descriptor of the open fragment (None if
+    there is none yet). Truncates bytes past the committed end, finishes a
+    seal interrupted between its rename and its record update, and removes
+    leftover temporary files."""
+    rec = read_record(jd, commit_fd)
+    listing = scan(jd)
+    for begin in listing.opens:
+        if begin != rec.begin:
+            raise jd.corrupt(
+                open_name(begin),
+                f"open fragment does not match the commit record (open fragment at {rec.begin})",
+            )
+    for entry in os.scandir(jd.path):
+        if entry.name.startswith(TEMP_PREFIX):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+    committed = rec.end - rec.begin
+    try:
+        fd = os.open(jd.file(open_name(rec.begin)), os.O_RDWR | _O_CLOEXEC)
+    except FileNotFoundError:
+        if committed == 0:
+            return rec, None
+        done = [f for f in listing.sealed if f.begin == rec.begin and f.end == rec.end]
+        if not done:
+            raise jd.corrupt(
+                open_name(rec.begin), f"missing, yet [{rec.begin}, {rec.end}) is committed"
+            ) from None
+        # Crashed after sealing the fragment but before recording it.
+        rec = CommitRecord(rec.seq + 1, rec.end, rec.end)
+        write_record(commit_fd, rec)
+        return rec, None
+    try:
+        size = os.fstat(fd).st_size
+        if size < committed:
+            raise jd.corrupt(
+                open_name(rec.begin),
+                f"open fragment holds {size} bytes, fewer than the {committed} committed",
+            )
+        if size > committed:
+            os.ftruncate(fd, committed)  # A dead writer's uncommitted bytes.
+            os.fdatasync(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return rec, fd
+
+
+def truncate_garbage(fd: int, rec: CommitRecord) -> None:
+    """Cut bytes past the committed end, left by a writer that died holding the lock."""
+    committed = rec.end - rec.begin
+    if os.fstat(fd).st_size > committed:
+        os.ftruncate(fd, committed)
+        os.fdatasync(fd)
+
+
+def seal(jd: JournalDir, commit_fd: int, open_fd: int, rec: CommitRecord) -> CommitRecord:
+    """Seal the open fragment ``[rec.begin, rec.end)``: rename it to its content
+    name, then record that the next open fragment begins at ``rec.end``.
+
+    A crash between the two leaves a consistent journal (``recover`` finishes)."""
+    sha = fragment_sha1(open_fd, rec.end - rec.begin)
+    os.rename(jd.file(open_name(rec.begin)), jd.file(sealed_name(rec.begin, rec.end, sha)))
+    fsync_dir(jd.path)
+    new = CommitRecord(rec.seq + 1, rec.end, rec.end)
+    write_record(commit_fd, new)
+    return new
+
+
+def open_fragment_path(jd: JournalDir, rec: CommitRecord) -> str:
+    return jd.file(open_name(rec.begin))
+
+
+# Helpers ---------------------------------------------------------------------
+
+
+def write_all(fd: int, data: bytes | memoryview, pos: int) -> None:
+    """``pwrite`` all of ``data`` at ``pos`` (a write may be short)."""
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, pos)
+        view = view[n:]
+        pos += n
+
+
+def fsync_dir(path: str) -> None:
+    """Make a directory's entries (creations, renames) durable."""
+    fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        # Some file systems cannot fsync a directory; nothing more to do there.
+        if err.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)

@@ -1,0 +1,513 @@
+"""``LocalJournalStore``: the embedded, on-disk journal store.
+
+Layout (docs/journal-store.md has the full story)::
+
+    <root>/
+      <journal/name/as/directories>/
+        @spec.json                      name and labels (exists <=> the journal exists)
+        @lock                           flock()ed by whoever writes, seals or trims
+        @commit                         the commit record: open fragment begin, committed end
+        0000000000000000-0000000000001000-<sha1>.raw    sealed fragments, Gazette-named
+        @open-0000000000001000          the fragment being written
+
+Several stores, in one process or many, may share a root: every change to a
+journal's files happens under its ``flock``, and readers go by the commit
+record, which covers only bytes already on disk.
+"""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import contextlib
+import os
+import re
+import threading
+import time
+import weakref
+from concurrent.futures import Future
+from datetime import timedelta
+from types import TracebackType
+from typing import Final, Self, final
+
+from ._errors import (
+    AppendTooLargeError,
+    InvalidJournalNameError,
+    JournalClosedError,
+    JournalError,
+    JournalExistsError,
+    JournalNotFoundError,
+)
+from ._files import (
+    JournalDir,
+    fragment_sha1,
+    fsync_dir,
+    locked,
+    open_commit,
+    open_fragment_path,
+    open_lock,
+    read_record,
+    read_spec,
+    recover,
+    scan,
+    seal,
+    spec_bytes,
+    unlock,
+    write_atomically,
+)
+from ._fragment import (
+    COMMIT_FILE,
+    LOCK_FILE,
+    SPEC_FILE,
+    TEMP_PREFIX,
+    CommitRecord,
+    Fragment,
+    pack_slot,
+    parse_open_name,
+    parse_sealed_name,
+)
+from ._labels import LabelSelector, LabelSet, LabelsInit, parse_label_selector
+from ._local_reader import LocalJournalReader, open_reader
+from ._spec import AppendResult, JournalSpec, validate_journal_name
+from ._util import age_seconds
+from ._watch import Watcher
+from ._writer import JournalWriter
+
+#: Default size at which the open fragment is sealed. Fragments are the unit
+#: of retention and of parallel reads (a Spark task per fragment).
+DEFAULT_FRAGMENT_SIZE: Final = 16 << 20
+#: Default bound on one append (as gossip's MaxData: appends are whole
+#: messages or transactions, and a batch is written in one piece).
+DEFAULT_MAX_APPEND_SIZE: Final = 16 << 20
+# A directory name component is at most 255 bytes on common file systems.
+_MAX_COMPONENT: Final = 255
+# A component shaped like a Gazette fragment name would collide with the
+# parent journal's fragment files.
+_RESERVED_COMPONENT: Final = re.compile(r"[0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{40}(\.\w*)?")
+# Fragments whose SHA-1 was checked, keyed by file identity; bounded.
+_VERIFIED_MAX: Final = 4096
+
+_STORES: weakref.WeakSet[LocalJournalStore] = weakref.WeakSet()
+
+
+@final
+class LocalJournalStore:
+    """Journals stored as files under ``root`` (created if missing).
+
+    ``fragment_size``: the open fragment is sealed (renamed to its Gazette
+    content name) once it holds at least this many bytes.
+    ``max_append_size``: larger appends raise ``AppendTooLargeError``.
+    ``verify_fragments``: check each sealed fragment's SHA-1 against its name
+    when a reader first opens it (once per file per store).
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        fragment_size: int = DEFAULT_FRAGMENT_SIZE,
+        max_append_size: int = DEFAULT_MAX_APPEND_SIZE,
+        verify_fragments: bool = True,
+    ) -> None:
+        if fragment_size < 1:
+            raise ValueError(f"fragment_size must be positive ({fragment_size})")
+        if max_append_size < 1:
+            raise ValueError(f"max_append_size must be positive ({max_append_size})")
+        self.root: Final = os.path.abspath(os.fspath(root))
+        self.fragment_size: Final = fragment_size
+        self.max_append_size: Final = max_append_size
+        self.verify_fragments: Final = verify_fragments
+        os.makedirs(self.root, exist_ok=True)
+        self._lock = threading.Lock()
+        self._writers: dict[str, JournalWriter] = {}
+        self._watcher = Watcher()
+        self._verified: dict[tuple[int, int, int, int], None] = {}
+        self._closed = False
+        _STORES.add(self)
+
+    def __repr__(self) -> str:
+        return f"LocalJournalStore({self.root!r})"
+
+    # Administration ----------------------------------------------------------
+
+    def create(self, name: str, labels: LabelSet | LabelsInit | None = None) -> JournalSpec:
+        """Create journal ``name`` with ``labels``; return its spec.
+
+        Idempotent for identical labels; ``JournalExistsError`` if it exists
+        with other labels. Invalid names or labels raise ``ValueError``
+        subclasses and change nothing."""
+        spec = JournalSpec(name, labels)
+        spec.validate()
+        jd = self._dir(name)
+        self._check_open()
+        os.makedirs(jd.path, exist_ok=True)
+        fd = open_lock(jd, create=True)
+        try:
+            if os.path.exists(jd.spec_path):
+                existing = read_spec(jd)
+                if existing.labels != spec.labels:
+                    raise JournalExistsError(name, existing.labels.to_dict())
+                return existing
+            # Leftovers of a deletion that crashed half-way belong to no journal.
+            for entry in os.scandir(jd.path):
+                if entry.is_file(follow_symlinks=False) and (
+                    parse_sealed_name(entry.name) is not None
+                    or parse_open_name(entry.name) is not None
+                    or entry.name.startswith(TEMP_PREFIX)
+                    or entry.name == COMMIT_FILE
+                ):
+                    os.unlink(entry.path)
+            write_atomically(jd, COMMIT_FILE, _initial_record())
+            write_atomically(jd, SPEC_FILE, spec_bytes(spec))
+            self._fsync_parents(jd)
+        finally:
+            unlock(fd)
+        return spec
+
+    def delete(self, name: str) -> None:
+        """Remove journal ``name`` and its fragments; ``JournalNotFoundError`` if absent.
+
+        Appends still queued for it fail with ``JournalNotFoundError``; open
+        readers may go on reading what they already hold open."""
+        jd = self._dir(name)
+        with locked(jd):
+            if not os.path.exists(jd.spec_path):
+                raise JournalNotFoundError(name)
+            os.unlink(jd.spec_path)  # From here on the journal does not exist.
+            fsync_dir(jd.path)
+            for entry in os.scandir(jd.path):
+                if entry.is_file(follow_symlinks=False) and entry.name != LOCK_FILE:
+                    os.unlink(entry.path)
+            os.unlink(jd.lock_path)  # Waiters for the lock notice and give up.
+            fsync_dir(jd.path)
+        with self._lock:
+            writer = self._writers.pop(name, None)
+        if writer is not None:
+            writer.stop()
+        # Remove directories left empty, up to the root.
+        path = jd.path
+        while path != self.root:
+            try:
+                os.rmdir(path)
+            except OSError:
+                break
+            path = os.path.dirname(path)
+
+    def get(self, name: str) -> JournalSpec:
+        """The journal's spec; ``JournalNotFoundError`` if absent."""
+        return read_spec(self._dir(name))
+
+    def list(self, selector: str | LabelSelector = "") -> builtins.list[JournalSpec]:
+        """Specs of the journals matching ``selector``, sorted by name."""
+        sel = parse_label_selector(selector)
+        out: builtins.list[JournalSpec] = []
+        stack = [(self.root, "")]
+        while stack:
+            path, prefix = stack.pop()
+            try:
+                entries = builtins.list(os.scandir(path))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for entry in entries:
+                if entry.name.startswith("@") or not entry.is_dir(follow_symlinks=False):
+                    continue
+                name = prefix + entry.name
+                stack.append((entry.path, name + "/"))
+                if os.path.exists(os.path.join(entry.path, SPEC_FILE)):
+                    try:
+                        spec = read_spec(JournalDir(name, entry.path))
+                    except JournalNotFoundError:
+                        continue  # Deleted while we looked.
+                    if sel.matches(spec):
+                        out.append(spec)
+        out.sort(key=lambda s: s.name)
+        return out
+
+    def head(self, name: str) -> int:
+        """The journal's committed end offset: where the next append begins."""
+        jd = self._dir(name)
+        fd = open_commit(jd)
+        try:
+            return read_record(jd, fd).end
+        finally:
+            os.close(fd)
+
+    def fragments(self, name: str) -> builtins.list[Fragment]:
+        """The journal's fragments in offset order, the open one last.
+
+        Sealed fragment files hold exactly ``[begin, end)``. The open fragment
+        (``sealed`` False) is listed when it holds committed bytes: only its
+        first ``end - begin`` bytes are committed; bytes after them must not
+        be read. Readers of the files (e.g. Spark) should open the file, then
+        read at most that many bytes; a sealed or removed file stays readable
+        once opened."""
+        jd = self._dir(name)
+        fd = open_commit(jd)
+        try:
+            while True:
+                rec = read_record(jd, fd)
+                listing = scan(jd)
+                if read_record(jd, fd) == rec:
+                    break  # No commit or seal while we listed.
+        finally:
+            os.close(fd)
+        out = [f for f in listing.sealed if f.end <= rec.end]
+        if rec.end > rec.begin and not any(f.begin == rec.begin for f in out):
+            path = open_fragment_path(jd, rec)
+            with contextlib.suppress(FileNotFoundError):
+                mtime = os.stat(path).st_mtime
+                out.append(Fragment(name, rec.begin, rec.end, path, False, mtime))
+        return out
+
+    def trim(
+        self,
+        name: str,
+        *,
+        before_offset: int | None = None,
+        older_than: float | timedelta | None = None,
+    ) -> int:
+        """Retention: remove sealed fragments from the start of the journal.
+
+        Removes, oldest first, each sealed fragment that ends at or before
+        ``before_offset`` and/or was last written more than ``older_than``
+        (seconds, or a timedelta) ago; with both, a fragment must meet both.
+        Stops at the first fragment to keep, so the journal stays contiguous,
+        and never touches the open fragment (``seal()`` it first to trim it).
+        Returns the first offset still readable. Readers asked for a removed
+        offset continue at the next available one (logging a warning)."""
+        age = age_seconds(before_offset, older_than)
+        jd = self._dir(name)
+        with locked(jd):
+            if not os.path.exists(jd.spec_path):
+                raise JournalNotFoundError(name)
+            cutoff = time.time() - age if age is not None else None
+            listing = scan(jd)
+            kept = listing.sealed
+            removed = 0
+            for f in listing.sealed:
+                if before_offset is not None and f.end > before_offset:
+                    break
+                if cutoff is not None and f.mtime >= cutoff:
+                    break
+                os.unlink(f.path)
+                removed += 1
+            kept = listing.sealed[removed:]
+            if removed:
+                fsync_dir(jd.path)
+            if kept:
+                return kept[0].begin
+            fd = open_commit(jd)
+            try:
+                return read_record(jd, fd).begin
+            finally:
+                os.close(fd)
+
+    def seal(self, name: str) -> Fragment | None:
+        """Seal the open fragment now, if it holds committed bytes; return it."""
+        jd = self._dir(name)
+        fd = open_lock(jd)
+        try:
+            commit_fd = open_commit(jd, write=True)
+            try:
+                rec, open_fd = recover(jd, commit_fd)
+                if open_fd is None:
+                    return None
+                try:
+                    if rec.end == rec.begin:
+                        return None
+                    seal(jd, commit_fd, open_fd, rec)
+                finally:
+                    os.close(open_fd)
+            finally:
+                os.close(commit_fd)
+        finally:
+            unlock(fd)
+        for f in self.fragments(name):
+            if f.begin == rec.begin and f.sealed:
+                return f
+        return None  # Trimmed already by someone else.
+
+    def verify(self, name: str) -> builtins.list[Fragment]:
+        """Check every sealed fragment's size and SHA-1 against its name, and
+        that the open fragment holds its committed bytes. Raises
+        ``CorruptJournalError`` naming the first bad file; returns the fragments."""
+        jd = self._dir(name)
+        frags = self.fragments(name)
+        for f in frags:
+            try:
+                fd = os.open(f.path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # Trimmed or sealed since listed.
+            try:
+                if f.sealed:
+                    self._verify_fragment(jd, f, fd, cached=False)
+                elif os.fstat(fd).st_size < f.size:
+                    raise jd.corrupt(
+                        os.path.basename(f.path), "open fragment is shorter than its committed end"
+                    )
+            finally:
+                os.close(fd)
+        return frags
+
+    # JournalClient -----------------------------------------------------------
+
+    def append(self, name: str, data: bytes | bytearray | memoryview) -> Future[AppendResult]:
+        """Queue ``data`` for appending; the future resolves once it is durable.
+
+        Raises at once (changing nothing) for a closed store, an invalid or
+        unknown journal, or data over ``max_append_size``."""
+        if not isinstance(data, bytes):
+            data = bytes(data)  # A caller's bytearray may change after we return.
+        if len(data) > self.max_append_size:
+            raise AppendTooLargeError(name, len(data), self.max_append_size)
+        with self._lock:
+            self._check_open()
+            writer = self._writers.get(name)
+        if writer is None:
+            jd = self._dir(name)
+            if not os.path.exists(jd.spec_path):
+                raise JournalNotFoundError(name)
+            watch = self._watcher.get(jd.path)
+            with self._lock:
+                self._check_open()
+                writer = self._writers.get(name)
+                if writer is None:
+                    writer = self._writers[name] = JournalWriter(
+                        jd, fragment_size=self.fragment_size, on_commit=watch.notify
+                    )
+        return writer.submit(data)
+
+    def read(
+        self, name: str, offset: int = 0, end_offset: int | None = None, *, block: bool = False
+    ) -> LocalJournalReader:
+        """A reader of ``[offset, end_offset)`` of the journal (see ``JournalReader``).
+
+        ``offset=-1`` starts at the committed end. A non-blocking read past
+        the committed end raises ``OffsetNotYetAvailableError``."""
+        self._check_open()
+        return open_reader(self, self._dir(name), offset, end_offset, block)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every append issued so far is resolved. Raises
+        ``TimeoutError`` after ``timeout`` seconds, and ``JournalError``
+        (chained to the first failure) if any of those appends failed."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            writers = builtins.list(self._writers.values())
+        targets = [(w, w.issued) for w in writers]
+        failures: builtins.list[BaseException] = []
+        for w, seq in targets:
+            failures.extend(w.wait(seq, deadline, time.monotonic))
+        if failures:
+            raise JournalError(f"{len(failures)} append(s) failed: {failures[0]}") from failures[0]
+
+    def close(self) -> None:
+        """Finish pending appends (their futures report any failure), stop the
+        writer threads, and wake following readers (their reads return b"")."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            writers = builtins.list(self._writers.values())
+        for w in writers:
+            w.stop()
+        self._watcher.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # Internals -----------------------------------------------------------------
+
+    def _dir(self, name: str) -> JournalDir:
+        validate_journal_name(name)
+        for part in name.split("/"):
+            if len(part.encode()) > _MAX_COMPONENT:
+                raise InvalidJournalNameError(
+                    name, f"a path component is longer than {_MAX_COMPONENT} bytes"
+                )
+            if _RESERVED_COMPONENT.fullmatch(part):
+                raise InvalidJournalNameError(
+                    name, f"component {part!r} is reserved (shaped like a fragment name)"
+                )
+        return JournalDir.of(self.root, name)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JournalClosedError(repr(self))
+
+    def _fsync_parents(self, jd: JournalDir) -> None:
+        """Make a new journal's directories durable, from the root down."""
+        path = jd.path
+        while True:
+            parent = os.path.dirname(path)
+            fsync_dir(parent)
+            if parent == self.root or len(parent) <= len(self.root):
+                return
+            path = parent
+
+    def _verify_fragment(
+        self, jd: JournalDir, frag: Fragment, fd: int, *, cached: bool = True
+    ) -> None:
+        """Raise ``CorruptJournalError`` unless the open file ``fd`` holds
+        exactly the content its name claims (size and SHA-1)."""
+        if not self.verify_fragments and cached:
+            return
+        st = os.fstat(fd)
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if cached and key in self._verified:
+            return
+        base = os.path.basename(frag.path)
+        if st.st_size != frag.size:
+            raise jd.corrupt(base, f"fragment holds {st.st_size} bytes, its name says {frag.size}")
+        if fragment_sha1(fd, frag.size) != frag.sha1:
+            raise jd.corrupt(base, "fragment content does not match the SHA-1 in its name")
+        with self._lock:
+            if len(self._verified) >= _VERIFIED_MAX:
+                self._verified.pop(next(iter(self._verified)))
+            self._verified[key] = None
+
+    def _after_fork_in_child(self) -> None:
+        """The child of a fork has none of our threads: start afresh (the
+        parent's pending appends are the parent's business)."""
+        for w in self._writers.values():
+            w.forget_after_fork()
+        self._lock = threading.Lock()
+        self._writers = {}
+        self._watcher.forget_after_fork()
+        self._watcher = Watcher()
+
+
+def _initial_record() -> bytes:
+    # Slot 0 holds seq 0 (open fragment at 0, nothing committed); slot 1 is
+    # zeroed, hence invalid, until the first commit writes seq 1 there.
+    return pack_slot(CommitRecord(0, 0, 0)) + bytes(len(pack_slot(CommitRecord(0, 0, 0))))
+
+
+def _close_all_at_exit() -> None:
+    # Writer threads are daemons so that a forgotten store cannot hang the
+    # interpreter; finish their queued appends before it exits instead.
+    for store in builtins.list(_STORES):
+        with contextlib.suppress(Exception):
+            store.close()
+
+
+def _after_fork_in_child() -> None:
+    for store in builtins.list(_STORES):
+        store._after_fork_in_child()
+
+
+atexit.register(_close_all_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

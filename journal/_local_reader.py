@@ -1,0 +1,204 @@
+"""``LocalJournalReader``: reads a journal of a ``LocalJournalStore`` from its files.
+
+The reader never takes the journal's lock: it goes by the commit record,
+which only ever covers bytes already on disk. It keeps one fragment file open
+and reads it with ``preadv`` straight into the caller's buffer. An open file
+stays readable after the writer renames it (sealing) or retention removes it,
+so the only races to handle are at the moment of opening, and they are
+retried against a fresh record and listing.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from typing import TYPE_CHECKING, Final, final
+
+from ._errors import JournalError
+from ._files import JournalDir, open_commit, open_fragment_path, read_record, scan
+from ._fragment import CommitRecord, Fragment
+from ._reader import JUMPED, ReaderBase, warn_jump
+from ._util import check_read_args
+
+if TYPE_CHECKING:
+    from ._local import LocalJournalStore
+    from ._watch import Watch
+
+_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+# Each retry follows a concurrent seal or removal; more than a few in a row
+# would mean the directory keeps changing under us faster than we can look.
+_MAX_ATTEMPTS: Final = 100
+
+
+@final
+class LocalJournalReader(ReaderBase):
+    """A reader of one journal of a ``LocalJournalStore``."""
+
+    def __init__(
+        self,
+        store: LocalJournalStore,
+        jd: JournalDir,
+        offset: int,
+        end_offset: int | None,
+        block: bool,
+        commit_fd: int,
+        watch: Watch | None,
+        sealed: list[Fragment],
+    ) -> None:
+        super().__init__(jd.name, offset, end_offset, block)
+        self._store = store
+        self._jd = jd
+        self._commit_fd: int | None = commit_fd
+        self._watch = watch
+        self._sealed = sealed
+        self._sealed_begins = [f.begin for f in sealed]
+        # The fragment file being read: bytes [_fbegin, _flimit) are readable.
+        self._fd: int | None = None
+        self._fbegin = 0
+        self._flimit = 0
+        self._fsealed = False
+
+    def _record(self) -> CommitRecord:
+        if self._commit_fd is None:
+            raise ValueError(f"I/O operation on a closed reader of {self._journal!r}")
+        return read_record(self._jd, self._commit_fd)
+
+    def _fill(self, buf: memoryview) -> int:
+        off = self._offset
+        for _ in range(_MAX_ATTEMPTS):
+            if self._fd is not None and self._fbegin <= off < self._flimit:
+                return self._pread(buf[: self._flimit - off], off - self._fbegin)
+            if self._fd is not None and not self._fsealed and off >= self._fbegin:
+                # Reading the open fragment: has its committed end moved?
+                rec = self._record()
+                if rec.begin == self._fbegin and rec.end > self._flimit:
+                    self._flimit = rec.end
+                    continue
+                if rec.begin == self._fbegin and off >= rec.end:
+                    return 0
+            self._close_file()
+            rec = self._record()
+            if off >= rec.end:
+                return 0
+            if off >= rec.begin:
+                try:
+                    self._open(open_fragment_path(self._jd, rec), rec.begin, rec.end, False)
+                    continue
+                except FileNotFoundError:
+                    pass  # Sealed meanwhile (or about to be recorded as sealed).
+            frag = self._find_sealed(off)
+            if frag is None:
+                frag_after = self._next_sealed(off)
+                nxt = frag_after.begin if frag_after is not None else rec.begin
+                if nxt <= off:
+                    continue  # The directory changed under us: look again.
+                warn_jump(self._journal, off, nxt)
+                self._offset = nxt
+                return JUMPED
+            try:
+                self._open(frag.path, frag.begin, frag.end, True)
+            except FileNotFoundError:
+                self._rescan()  # Removed by retention meanwhile.
+                continue
+            assert self._fd is not None
+            self._store._verify_fragment(self._jd, frag, self._fd)
+        raise JournalError(
+            f"journal {self._journal!r}: offset {off} could not be located"
+            f" after {_MAX_ATTEMPTS} attempts (directory changing too fast)"
+        )
+
+    def _pread(self, buf: memoryview, pos: int) -> int:
+        assert self._fd is not None
+        n = os.preadv(self._fd, [buf], pos) if _HAVE_PREADV else _pread_copy(self._fd, buf, pos)
+        if n <= 0:
+            raise self._jd.corrupt(
+                "@open" if not self._fsealed else f"fragment at {self._fbegin}",
+                f"file ends before committed offset {self._fbegin + pos}",
+            )
+        return n
+
+    def _open(self, path: str, begin: int, limit: int, sealed: bool) -> None:
+        self._fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+        self._fbegin, self._flimit, self._fsealed = begin, limit, sealed
+
+    def _find_sealed(self, off: int) -> Fragment | None:
+        for rescan in (False, True):
+            if rescan:
+                self._rescan()
+            i = bisect.bisect_right(self._sealed_begins, off) - 1
+            if i >= 0 and off < self._sealed[i].end:
+                return self._sealed[i]
+        return None
+
+    def _next_sealed(self, off: int) -> Fragment | None:
+        i = bisect.bisect_right(self._sealed_begins, off)
+        return self._sealed[i] if i < len(self._sealed) else None
+
+    def _rescan(self) -> None:
+        self._sealed = scan(self._jd).sealed
+        self._sealed_begins = [f.begin for f in self._sealed]
+
+    def _close_file(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _token(self) -> int:
+        return self._watch.token() if self._watch is not None else 0
+
+    def _wait(self, token: int) -> bool:
+        if self._watch is None or self._store.closed:
+            return False
+        watcher = self._store._watcher
+        if self._watch.wd is None:
+            watcher.refresh(self._watch)
+        return self._watch.wait(token, watcher.interval)
+
+    def _head(self) -> int:
+        return self._record().end
+
+    def _reposition(self) -> None:
+        self._close_file()
+
+    def _wake(self) -> None:
+        if self._watch is not None:
+            self._watch.notify()
+
+    def _release(self) -> None:
+        self._close_file()
+        if self._commit_fd is not None:
+            os.close(self._commit_fd)
+            self._commit_fd = None
+        if self._watch is not None:
+            self._store._watcher.unsubscribe(self._watch)
+            self._watch = None
+
+
+_HAVE_PREADV: Final = hasattr(os, "preadv")
+
+
+def _pread_copy(fd: int, buf: memoryview, pos: int) -> int:
+    data = os.pread(fd, len(buf), pos)
+    buf[: len(data)] = data
+    return len(data)
+
+
+def open_reader(
+    store: LocalJournalStore, jd: JournalDir, offset: int, end_offset: int | None, block: bool
+) -> LocalJournalReader:
+    """Check the journal and the arguments, then build a reader.
+
+    A following reader subscribes to change notifications *before* reading
+    the record, so that no commit can slip between the two unnoticed."""
+    commit_fd = open_commit(jd)
+    watch = store._watcher.subscribe(jd.path) if block else None
+    try:
+        rec = read_record(jd, commit_fd)
+        offset = check_read_args(jd.name, offset, end_offset, block, rec.end)
+        sealed = scan(jd).sealed  # Also checks the directory for foreign files.
+    except BaseException:
+        os.close(commit_fd)
+        if watch is not None:
+            store._watcher.unsubscribe(watch)
+        raise
+    return LocalJournalReader(store, jd, offset, end_offset, block, commit_fd, watch, sealed)

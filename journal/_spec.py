@@ -1,0 +1,87 @@
+"""Journal specifications, journal names and append results."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Final, NamedTuple
+
+from ._errors import InvalidJournalNameError
+from ._labels import LabelSet, LabelsInit, validate_journal_labels
+
+#: Gazette's maximum journal name length, in bytes of UTF-8.
+MAX_JOURNAL_NAME_LEN: Final = 512
+#: The label that names a journal's content type (and so its framing).
+CONTENT_TYPE_LABEL: Final = "content-type"
+
+# Letters and numbers of any script plus Gazette's path symbols "-_+/.=%".
+_NAME_RE: Final = re.compile(r"[\w\-+/.=%]+")
+
+
+def validate_journal_name(name: str) -> None:
+    """Raise ``InvalidJournalNameError`` unless ``name`` follows Gazette's rules.
+
+    A name draws from letters, digits and ``-_+/.=%``, is a clean relative
+    path (no leading or trailing ``/``, no ``//``, no ``.`` or ``..``
+    component) and is at most 512 bytes long. Gazette also asks for at least
+    4 bytes; we accept shorter names, which nothing here depends on.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"journal name must be a str, not {type(name).__name__}")
+    size = len(name.encode())
+    if not 1 <= size <= MAX_JOURNAL_NAME_LEN:
+        raise InvalidJournalNameError(
+            name, f"invalid length ({size}; expected 1 <= length <= {MAX_JOURNAL_NAME_LEN})"
+        )
+    if not _NAME_RE.fullmatch(name):
+        raise InvalidJournalNameError(
+            name, "only letters, digits and the symbols -_+/.=% are allowed"
+        )
+    if name.startswith("/"):
+        raise InvalidJournalNameError(name, "cannot begin with '/'")
+    for part in name.split("/"):
+        if part in ("", ".", ".."):
+            raise InvalidJournalNameError(
+                name, "must be a clean path (no trailing '/', '//', '.' or '..' component)"
+            )
+
+
+class AppendResult(NamedTuple):
+    """Where an append landed: bytes ``[begin, end)`` of ``journal``."""
+
+    journal: str
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class JournalSpec:
+    """A journal's name and labels.
+
+    ``labels`` may be given as a ``LabelSet`` or as anything ``LabelSet``
+    accepts, e.g. ``JournalSpec("a/b", {"content-type": "application/x-ndjson"})``.
+    Construction does not validate the name or labels against Gazette's rules
+    (``validate()`` does, and stores do on ``create``).
+    """
+
+    name: str
+    labels: LabelSet = field(default_factory=LabelSet)
+
+    def __init__(self, name: str, labels: LabelSet | LabelsInit | None = None) -> None:
+        if not isinstance(name, str):
+            raise TypeError(f"journal name must be a str, not {type(name).__name__}")
+        object.__setattr__(self, "name", name)
+        object.__setattr__(
+            self, "labels", labels if isinstance(labels, LabelSet) else LabelSet(labels)
+        )
+
+    @property
+    def content_type(self) -> str | None:
+        """The value of the ``content-type`` label, or None."""
+        return self.labels.value_of(CONTENT_TYPE_LABEL)
+
+    def validate(self) -> None:
+        """Raise ``InvalidJournalNameError`` / ``InvalidLabelError`` if the
+        name or the labels break Gazette's rules."""
+        validate_journal_name(self.name)
+        validate_journal_labels(self.labels)

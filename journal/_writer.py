@@ -1,0 +1,309 @@
+"""Group commit: one writer thread per journal per process.
+
+``append`` queues the bytes and returns a future. The writer thread takes
+everything queued (up to ``MAX_BATCH_BYTES``), and for the whole batch:
+takes the journal's ``flock`` (so no other process writes in between), writes
+the bytes with one ``pwrite`` at the committed end, ``fdatasync``s them,
+advances the commit record and ``fdatasync``s it, releases the lock, and then
+resolves the futures. Many appends waiting at once thus cost one write and two
+syncs, and a future resolves only once its bytes are durable *and* covered by
+the commit record that readers go by.
+
+Batches are cut where the open fragment reaches ``fragment_size``; the
+fragment is then sealed before the rest of the batch goes to a new one, so a
+sealed fragment always ends on an append boundary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Final
+
+from ._errors import JournalClosedError, JournalError
+from ._files import (
+    JournalDir,
+    fsync_dir,
+    lock_is_current,
+    open_commit,
+    open_fragment_path,
+    open_lock,
+    read_record,
+    recover,
+    seal,
+    truncate_garbage,
+    write_all,
+    write_record,
+)
+from ._fragment import CommitRecord
+from ._spec import AppendResult
+
+LOG: Final = logging.getLogger("journal")
+
+#: A batch holds at most this many bytes (unless one append is larger):
+#: beyond a few MiB, larger batches save nothing and hold the lock longer.
+MAX_BATCH_BYTES: Final = 8 << 20
+#: An idle writer thread exits (closing its files) after this many seconds.
+IDLE_EXIT_SECONDS: Final = 5.0
+_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+
+
+@dataclass(slots=True)
+class _Pending:
+    data: bytes
+    future: Future[AppendResult]
+    seq: int
+
+
+class JournalWriter:
+    """The append queue and writer thread of one journal in one store."""
+
+    def __init__(
+        self, jd: JournalDir, *, fragment_size: int, on_commit: Callable[[], None]
+    ) -> None:
+        self.jd = jd
+        self._fragment_size = fragment_size
+        self._on_commit = on_commit
+        self._cond = threading.Condition()
+        self._queue: deque[_Pending] = deque()
+        self._thread: threading.Thread | None = None
+        self._idle = False
+        self._stopping = False
+        self._issued = 0  # Appends queued so far (the seq of the last one).
+        self._resolved = 0  # Appends resolved so far, in queue order.
+        self._failures: list[tuple[int, BaseException]] = []
+        # Touched only by the writer thread (or after it stopped).
+        self._lock_fd: int | None = None
+        self._commit_fd: int | None = None
+        self._open_fd: int | None = None
+        self._rec: CommitRecord | None = None
+
+    # Called by the store ---------------------------------------------------
+
+    def submit(self, data: bytes) -> Future[AppendResult]:
+        fut: Future[AppendResult] = Future()
+        with self._cond:
+            if self._stopping:
+                raise JournalClosedError(f"writer of {self.jd.name!r}")
+            self._issued += 1
+            self._queue.append(_Pending(data, fut, self._issued))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"journal-writer:{self.jd.name}", daemon=True
+                )
+                self._thread.start()
+            elif self._idle:
+                self._cond.notify()
+        return fut
+
+    @property
+    def issued(self) -> int:
+        with self._cond:
+            return self._issued
+
+    def wait(
+        self, seq: int, deadline: float | None, clock: Callable[[], float]
+    ) -> list[BaseException]:
+        """Wait until appends up to ``seq`` are resolved; return (and forget)
+        the failures among them. Raises ``TimeoutError`` past ``deadline``."""
+        with self._cond:
+            while self._resolved < seq:
+                remaining = None if deadline is None else deadline - clock()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(
+                        f"flush of {self.jd.name!r} timed out with"
+                        f" {seq - self._resolved} append(s) pending"
+                    )
+                self._cond.wait(remaining)
+            failed = [e for s, e in self._failures if s <= seq]
+            self._failures = [(s, e) for s, e in self._failures if s > seq]
+        return failed
+
+    def stop(self) -> None:
+        """Finish every queued append, then stop the thread and close files."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        with self._cond:
+            if self._thread is None:
+                self._close_files()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: close inherited descriptors *without* unlocking,
+        since ``flock`` locks are shared with the parent's descriptors."""
+        for fd in (self._lock_fd, self._commit_fd, self._open_fd):
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    # The writer thread -----------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue:
+                    if self._stopping:
+                        self._close_files()
+                        self._thread = None
+                        self._cond.notify_all()
+                        return
+                    self._idle = True
+                    notified = self._cond.wait(IDLE_EXIT_SECONDS)
+                    self._idle = False
+                    if not notified and not self._queue and not self._stopping:
+                        self._close_files()
+                        self._thread = None
+                        return
+                batch: list[_Pending] = []
+                size = 0
+                while self._queue and (
+                    not batch or size + len(self._queue[0].data) <= MAX_BATCH_BYTES
+                ):
+                    p = self._queue.popleft()
+                    batch.append(p)
+                    size += len(p.data)
+            # An append cancelled before its batch started is not written.
+            live = [p for p in batch if p.future.set_running_or_notify_cancel()]
+            outcomes = self._write_batch(live) if live else []
+            failures: list[tuple[int, BaseException]] = []
+            for p, outcome in zip(live, outcomes, strict=True):
+                if isinstance(outcome, BaseException):
+                    p.future.set_exception(outcome)
+                    failures.append((p.seq, outcome))
+                else:
+                    p.future.set_result(outcome)
+            with self._cond:
+                self._resolved += len(batch)
+                self._failures.extend(failures)
+                self._cond.notify_all()
+            if len(failures) < len(live):
+                self._on_commit()
+
+    def _write_batch(self, batch: list[_Pending]) -> list[AppendResult | BaseException]:
+        out: list[AppendResult | BaseException] = []
+        try:
+            self._acquire()
+        except BaseException as err:  # Reported through every future of the batch.
+            self._close_files()
+            return [_wrap(self.jd.name, err)] * len(batch)
+        try:
+            i = 0
+            while i < len(batch):
+                if self._committed() >= self._fragment_size:
+                    self._seal()
+                # Fill the open fragment up to fragment_size, at least one append.
+                room = self._fragment_size - self._committed()
+                j, size = i, 0
+                while j < len(batch) and (j == i or size < room):
+                    size += len(batch[j].data)
+                    j += 1
+                out.extend(self._commit(batch[i:j]))
+                i = j
+        except BaseException as err:
+            # The rest of the batch is not committed; the next batch starts
+            # from a full recovery, which cuts whatever was half-written.
+            self._close_files()
+            wrapped = _wrap(self.jd.name, err)
+            out.extend([wrapped] * (len(batch) - len(out)))
+            return out
+        try:
+            # Seal eagerly so that a full fragment appears as a sealed file.
+            if self._committed() >= self._fragment_size:
+                self._seal()
+        except OSError as err:
+            # The batch is committed; the seal will be retried by the next one.
+            LOG.warning("journal %s: sealing a fragment failed: %s", self.jd.name, err)
+            self._close_files()
+        finally:
+            self._release()
+        return out
+
+    def _committed(self) -> int:
+        assert self._rec is not None
+        return self._rec.end - self._rec.begin
+
+    def _acquire(self) -> None:
+        """Take the lock and make sure our view of the files is current."""
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+            if not lock_is_current(self.jd, self._lock_fd):
+                self._close_files()  # Deleted (and maybe re-created) meanwhile.
+        if self._lock_fd is None:
+            self._lock_fd = open_lock(self.jd)
+        if self._commit_fd is None:
+            self._commit_fd = open_commit(self.jd, write=True)
+        rec = read_record(self.jd, self._commit_fd)
+        if self._rec is not None and rec == self._rec:
+            # Nobody committed since our last batch, but a writer that died
+            # holding the lock may have left bytes past the end: cut them.
+            if self._open_fd is not None:
+                truncate_garbage(self._open_fd, rec)
+            return
+        if self._open_fd is not None:
+            os.close(self._open_fd)
+            self._open_fd = None
+        self._rec, self._open_fd = recover(self.jd, self._commit_fd)
+
+    def _release(self) -> None:
+        if self._lock_fd is not None:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _commit(self, chunk: list[_Pending]) -> list[AppendResult | BaseException]:
+        rec = self._rec
+        assert rec is not None and self._commit_fd is not None
+        data = b"".join(p.data for p in chunk)
+        if data:
+            created = self._open_fd is None
+            if created:
+                self._open_fd = os.open(
+                    open_fragment_path(self.jd, rec), os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o644
+                )
+            assert self._open_fd is not None
+            write_all(self._open_fd, data, rec.end - rec.begin)
+            os.fdatasync(self._open_fd)
+            if created:
+                fsync_dir(self.jd.path)  # The new file's entry must be durable too.
+            self._rec = CommitRecord(rec.seq + 1, rec.begin, rec.end + len(data))
+            write_record(self._commit_fd, self._rec)
+        out: list[AppendResult | BaseException] = []
+        pos = rec.end
+        for p in chunk:
+            out.append(AppendResult(self.jd.name, pos, pos + len(p.data)))
+            pos += len(p.data)
+        return out
+
+    def _seal(self) -> None:
+        assert self._rec is not None and self._commit_fd is not None
+        if self._open_fd is None:
+            return
+        self._rec = seal(self.jd, self._commit_fd, self._open_fd, self._rec)
+        os.close(self._open_fd)
+        self._open_fd = None
+
+    def _close_files(self) -> None:
+        """Close our descriptors (dropping the lock if held) and forget our view."""
+        for attr in ("_open_fd", "_commit_fd", "_lock_fd"):
+            fd = getattr(self, attr)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                setattr(self, attr, None)
+        self._rec = None
+
+
+def _wrap(journal: str, err: BaseException) -> BaseException:
+    if isinstance(err, JournalError):
+        return err
+    wrapped = JournalError(f"append to {journal!r} failed: {err}")
+    wrapped.__cause__ = err
+    return wrapped
