@@ -1,0 +1,185 @@
+"""Newline-terminated frames: ``unpack_line``, and the bulk splitters of the
+NDJSON and CSV framings.
+
+Wire layout of a line frame::
+
+    +------------------------------+------+
+    | content (no 0x0a, see below) | 0x0a |
+    +------------------------------+------+
+
+An NDJSON frame is one line. A CSV frame is one record, which spans several
+lines when a quoted field holds a newline: a record ends at the first newline
+after which the count of ``"`` characters since the record's start is even
+(RFC 4180 escapes a quote inside a quoted field by doubling it, so quotes
+always come in pairs in a complete record).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from io import BytesIO
+from itertools import accumulate, chain, islice
+from typing import Any
+
+from ._errors import TruncatedFrameError
+from ._interfaces import ByteReader, Frame
+
+_NL = b"\n"
+_QUOTE = b'"'
+
+
+def unpack_line(r: ByteReader) -> bytes:
+    """The bytes of ``r`` through the next ``\\n``, inclusive.
+
+    Returns ``b""`` at a clean end of input. Raises ``TruncatedFrameError``
+    (with ``.data``, which has been consumed) if the input ends mid-line. Never
+    reads past the newline: it uses ``r.readline()`` when ``r`` has one (the
+    ``io`` streams), else ``r.peek()``, else one-byte reads.
+    """
+    readline = getattr(r, "readline", None)
+    line = readline() if readline is not None else _readline_without_readline(r)
+    if line and line[-1] != 0x0A:
+        raise TruncatedFrameError("input ended inside a line", data=line)
+    return line if type(line) is bytes else bytes(line)
+
+
+def _readline_without_readline(r: Any) -> bytes:
+    """``readline`` for readers that only have ``read`` (and maybe ``peek``)."""
+    parts: list[bytes] = []
+    peek = getattr(r, "peek", None)
+    while True:
+        if peek is not None:
+            # Look into the reader's buffer for the newline, then take exactly
+            # the bytes through it: one copy, no over-read.
+            buffered = peek(1)
+            if not buffered:
+                break
+            i = buffered.find(_NL)
+            part = r.read(i + 1 if i >= 0 else len(buffered))
+        else:
+            # Without peek, reading more than one byte could consume bytes of
+            # the next frame, which a plain reader cannot take back.
+            part = r.read(1)
+        if not part:
+            break
+        parts.append(part)
+        if part[-1] == 0x0A:
+            break
+    return b"".join(parts)
+
+
+def read_lines(r: ByteReader, chunk_size: int) -> Iterator[tuple[int, int, Frame]]:
+    """The bulk splitter of the NDJSON framing: ``(begin, end, line)`` for
+    every complete line of ``r``; see ``Framing.read_frames``."""
+    # The per-frame work runs in C: ``chain.from_iterable`` flattens one
+    # ``zip(begins, ends, lines)`` per chunk, so no Python bytecode runs per
+    # line. Measured on 100-byte lines, this costs about a third of a Python
+    # loop of ``bytes.find`` and ``memoryview`` slices with a ``yield`` each.
+    return chain.from_iterable(_line_batches(r, chunk_size, quote_aware=False))
+
+
+def read_records(r: ByteReader, chunk_size: int) -> Iterator[tuple[int, int, Frame]]:
+    """The bulk splitter of the CSV framing: like ``read_lines``, but a frame
+    is a whole record, which may span lines inside a quoted field."""
+    return chain.from_iterable(_line_batches(r, chunk_size, quote_aware=True))
+
+
+def _line_batches(
+    r: ByteReader, chunk_size: int, *, quote_aware: bool
+) -> Iterator[Iterable[tuple[int, int, Frame]]]:
+    """One iterable of ``(begin, end, frame)`` per chunk read from ``r``."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be positive, not {chunk_size}")
+    read = r.read
+    base = 0  # Offset of the first byte of ``pending`` (or of the next chunk).
+    # Bytes of a frame that is not complete yet. A list, joined once the frame
+    # completes, so that a frame spanning many chunks is copied only once.
+    pending: list[bytes] = []
+    odd = False  # CSV: whether ``pending`` holds an odd number of quotes.
+    while True:
+        chunk = read(chunk_size)
+        if not chunk:
+            break
+        if type(chunk) is not bytes:
+            chunk = bytes(chunk)
+
+        if quote_aware and (pending or _QUOTE in chunk):
+            # The fast path below splits at every newline: right only when no
+            # quoted field can be open, i.e. nothing pending and no quote.
+            batch, odd = _split_records(chunk, base, pending, odd)
+            if batch:
+                base = batch[-1][1]
+            yield batch
+            continue
+
+        if _NL not in chunk:
+            pending.append(chunk)
+            continue
+        if pending:
+            pending.append(chunk)
+            chunk = b"".join(pending)
+            pending.clear()
+        # ``BytesIO`` over ``bytes`` shares the buffer (no copy); iterating it
+        # splits lines in C, each a small ``bytes`` that keeps its newline.
+        # That one copy per line is cheaper, at these sizes, than a
+        # ``memoryview`` slice, and ``orjson`` parses ``bytes`` fastest.
+        lines = list(BytesIO(chunk))
+        if lines[-1][-1] != 0x0A:
+            pending.append(lines.pop())
+        # Offsets of every line start, and one past the last line: one item
+        # more than ``lines``, so ``zip`` stops at the shortest on purpose.
+        offsets = list(accumulate(map(len, lines), initial=base))
+        base = offsets[-1]
+        yield zip(offsets, islice(offsets, 1, None), lines, strict=False)
+
+    if pending:
+        raise TruncatedFrameError(data=b"".join(pending), offset=base)
+
+
+def _split_records(
+    chunk: bytes, base: int, pending: list[bytes], odd: bool
+) -> tuple[list[tuple[int, int, Frame]], bool]:
+    """Complete CSV records of ``pending`` + ``chunk``, quote-aware.
+
+    ``pending`` (the start of an incomplete record: ``odd`` says whether it
+    holds an odd number of quotes) is extended in place with what is left
+    over; returns the records and the parity of what is left.
+    """
+    out: list[tuple[int, int, Frame]] = []
+    begin = base
+    for line in BytesIO(chunk):
+        # Parity of quotes: a newline ends the record only outside quotes.
+        if line.count(_QUOTE) & 1:
+            odd = not odd
+        if odd or line[-1] != 0x0A:
+            pending.append(line)
+            continue
+        if pending:
+            pending.append(line)
+            line = b"".join(pending)
+            pending.clear()
+        end = begin + len(line)
+        out.append((begin, end, line))
+        begin = end
+    return out, odd
+
+
+def unpack_record(r: ByteReader) -> bytes:
+    """The next CSV record of ``r`` (one or more lines, quote-aware), or
+    ``b""`` at a clean end; never reads past it."""
+    line = unpack_line(r)
+    if not line or not line.count(_QUOTE) & 1:
+        return line
+    parts = [line]
+    odd = True
+    while odd:
+        try:
+            line = unpack_line(r)
+        except TruncatedFrameError as e:
+            raise TruncatedFrameError(data=b"".join(parts) + e.data) from None
+        if not line:
+            raise TruncatedFrameError(data=b"".join(parts))
+        parts.append(line)
+        if line.count(_QUOTE) & 1:
+            odd = False
+    return b"".join(parts)
