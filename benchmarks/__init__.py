@@ -7,5 +7,6 @@ and list its module name in ``BENCHMARKS``.
 """
 
 BENCHMARKS: tuple[str, ...] = (
+    "bench_sequencer",
     # Module names under ``benchmarks``, run in this order.
 )

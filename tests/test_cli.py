@@ -1,0 +1,125 @@
+"""The ``exactly`` command line, run as a user would: in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def run(root: Path, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "exactly", "--root", str(root), *args],
+        input=input, capture_output=True, text=True, timeout=60,
+    )
+
+
+def ok(root: Path, *args: str, input: str | None = None) -> str:
+    r = run(root, *args, input=input)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def test_help_lists_subcommands(tmp_path: Path) -> None:
+    """--help names every subcommand."""
+    out = ok(tmp_path, "--help")
+    for cmd in ("journals", "append", "read", "inspect", "demo", "bench"):
+        assert cmd in out
+
+
+def test_create_append_read_inspect(tmp_path: Path) -> None:
+    """Create journals, append JSON lines, read them back committed with metadata."""
+    root = tmp_path / "store"
+    assert "created clicks/a" in ok(root, "journals", "create", "clicks/a", "clicks/b",
+                                    "-l", "topic=clicks")
+    listed = ok(root, "journals", "list", "--selector", "topic=clicks")
+    assert "clicks/a" in listed and "clicks/b" in listed
+    ok(root, "append", "clicks/a", input='{"page": "/a"}\n{"page": "/b"}\n\n')
+    lines = [json.loads(x) for x in ok(root, "read", "clicks/a").splitlines()]
+    assert [d["message"]["page"] for d in lines] == ["/a", "/b"]
+    assert lines[0]["begin"] == 0 and lines[0]["end"] == lines[1]["begin"]
+    assert lines[0]["flags"] == 0 and len(lines[0]["producer"]) == 12
+    assert lines[0]["uuid"] == lines[0]["message"]["_meta"]["uuid"]
+    assert len(ok(root, "read", "clicks/a", "--limit", "1").splitlines()) == 1
+    inspected = ok(root, "inspect", "clicks/a")
+    assert "2 frames, 2 committed" in inspected
+
+
+def test_transaction_append_and_uncommitted_read(tmp_path: Path) -> None:
+    """append --transaction writes CONTINUE_TXN messages and one ACK; all commit."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "t/j")
+    ok(root, "append", "t/j", "--transaction", input='{"n": 1}\n{"n": 2}\n')
+    flags = [json.loads(x)["flags"] for x in ok(root, "read", "t/j", "--uncommitted").splitlines()]
+    assert flags == [1, 1, 2]
+    committed = [json.loads(x)["message"] for x in ok(root, "read", "t/j").splitlines()]
+    assert [m.get("n") for m in committed] == [1, 2, None]
+
+
+def test_follow_prints_new_messages_promptly(tmp_path: Path) -> None:
+    """read --follow prints a message appended after it started."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "f/j")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exactly", "--root", str(root), "read", "f/j", "--follow"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        time.sleep(1.0)
+        ok(root, "append", "f/j", input='{"hello": "world"}\n')
+        line = proc.stdout.readline()  # type: ignore[union-attr]
+        assert json.loads(line)["message"]["hello"] == "world"
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "needle"),
+    [
+        (("read", "no/such"), None, "no/such"),
+        (("append", "j/x"), "not json\n", "line 1"),
+        (("append", "j/x"), "[1, 2]\n", "JSON object"),
+        (("journals", "create", "bad name!"), None, "bad name!"),
+        (("journals", "trim", "j/x"), None, "--before"),
+        (("read", "j/x", "--since", "yesterday-ish"), None, "not a time"),
+        (("inspect", "--checkpoint", "missing.bin"), None, "missing.bin"),
+    ],
+)
+def test_user_mistakes_print_one_line(tmp_path: Path, args, stdin, needle) -> None:
+    """A user mistake prints one 'exactly: error:' line, no traceback, and exits 1."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "j/x")
+    r = run(root, *args, input=stdin)
+    assert r.returncode == 1
+    assert r.stderr.startswith("exactly: error:") and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    assert needle in r.stderr
+
+
+def test_bad_append_changes_nothing(tmp_path: Path) -> None:
+    """A bad line stops the append: lines before it are published, it and those
+    after it are not."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "j/x")
+    r = run(root, "append", "j/x", input='{"a": 1}\nnope\n{"a": 3}\n')
+    assert r.returncode == 1
+    got = [json.loads(x)["message"]["a"] for x in ok(root, "read", "j/x").splitlines()]
+    assert got == [1]
+
+
+def test_inspect_checkpoint_file(tmp_path: Path) -> None:
+    """inspect --checkpoint prints what a protobuf or JSON checkpoint holds."""
+    from message import Checkpoint, ProducerState
+
+    cp = Checkpoint({"a/b": 42}, [ProducerState("a/b", b"\x01" * 6, 99, -1)], {"a/b": b"x"})
+    (tmp_path / "cp.bin").write_bytes(cp.to_bytes())
+    (tmp_path / "cp.json").write_text(cp.to_json())
+    for name in ("cp.bin", "cp.json"):
+        doc = json.loads(ok(tmp_path, "inspect", "--checkpoint", str(tmp_path / name)))
+        assert doc["offsets"] == {"a/b": 42}
+        assert doc["states"][0]["producer"] == "010101010101"

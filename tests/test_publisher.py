@@ -1,0 +1,265 @@
+"""The Publisher, transactions and durable ACK intents (ports of Gazette's
+publisher_test.go, plus roll-back and recovery)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import pytest
+
+from journal import JournalSpec, MemoryJournalClient
+from message import (
+    Clock,
+    EmptyPartitionsError,
+    Flags,
+    IntentLog,
+    IntentLogError,
+    JsonDocument,
+    Publisher,
+    ReadCommittedIter,
+    ReadUncommittedIter,
+    Transaction,
+    build_uuid,
+    get_clock,
+    get_flags,
+    get_producer_id,
+    modulo_mapping,
+)
+
+NDJSON = {"content-type": "application/x-ndjson"}
+
+
+@dataclass
+class Doc:
+    """A dataclass message with a validation hook."""
+
+    s: str = ""
+    uuid: uuid.UUID = field(default_factory=lambda: uuid.UUID(int=0))
+    fail: bool = False
+
+    def get_uuid(self) -> uuid.UUID:
+        return self.uuid
+
+    def set_uuid(self, u: uuid.UUID) -> None:
+        self.uuid = u
+
+    def new_acknowledgement(self, journal: str) -> Doc:
+        return Doc()
+
+    def validate(self) -> None:
+        if self.fail:
+            raise ValueError("whoops!")
+
+
+def to(journal: str):
+    return lambda _msg: (journal, "application/x-ndjson")
+
+
+def read_all(client, journal: str) -> list[Doc]:
+    return [e.message for e in ReadUncommittedIter(client, journal, lambda _s: Doc())]
+
+
+@pytest.fixture
+def client():
+    with MemoryJournalClient() as c:
+        for name in ("a/journal", "journal/one", "journal/two", "journal/three"):
+            c.create(name, NDJSON)
+        yield c
+
+
+def test_publish_committed_stamps_increasing_outside_txn_clocks(client) -> None:
+    """publish_committed ticks the clock once per message and stamps OUTSIDE_TXN."""
+    pub = Publisher(client, Clock())
+    for s in ("hello", "world", "beer!"):
+        pub.publish_committed(to("a/journal"), Doc(s)).result()
+    assert read_all(client, "a/journal") == [
+        Doc("hello", build_uuid(pub.producer_id, 1, Flags.OUTSIDE_TXN)),
+        Doc("world", build_uuid(pub.producer_id, 2, Flags.OUTSIDE_TXN)),
+        Doc("beer!", build_uuid(pub.producer_id, 3, Flags.OUTSIDE_TXN)),
+    ]
+
+
+def test_validation_error_propagates_before_mapping(client) -> None:
+    """A message's validate() error propagates unchanged, before mapping runs."""
+    pub = Publisher(client, Clock())
+
+    def mapping(_msg: object) -> tuple[str, str]:
+        raise AssertionError("mapping must not be called")
+
+    with pytest.raises(ValueError, match="whoops!"):
+        pub.publish_committed(mapping, Doc(fail=True))
+    assert client.head("a/journal") == 0
+
+
+def test_publish_uncommitted_and_ack_intents(client) -> None:
+    """ACK intents come per journal in first-publish order, with fresh clocks."""
+    pub = Publisher(client, Clock())
+    pub.publish_uncommitted(to("journal/one"), Doc("value one"))
+    pub.publish_uncommitted(to("journal/two"), Doc("value two"))
+    intents = pub.build_ack_intents()
+    assert [i.journal for i in intents] == ["journal/one", "journal/two"]
+    for i in intents:
+        client.append(i.journal, i.intent).result()
+    pub.publish_uncommitted(to("journal/three"), Doc("value three"))
+    pub.publish_uncommitted(to("journal/one"), Doc("value four"))
+    intents = pub.build_ack_intents()
+    assert [i.journal for i in intents] == ["journal/three", "journal/one"]
+    for i in intents:
+        client.append(i.journal, i.intent).result()
+    assert pub.build_ack_intents() == []
+
+    p = pub.producer_id
+    assert read_all(client, "journal/one") == [
+        Doc("value one", build_uuid(p, 1, Flags.CONTINUE_TXN)),
+        Doc("", build_uuid(p, 3, Flags.ACK_TXN)),
+        Doc("value four", build_uuid(p, 6, Flags.CONTINUE_TXN)),
+        Doc("", build_uuid(p, 8, Flags.ACK_TXN)),
+    ]
+    assert read_all(client, "journal/two") == [
+        Doc("value two", build_uuid(p, 2, Flags.CONTINUE_TXN)),
+        Doc("", build_uuid(p, 4, Flags.ACK_TXN)),
+    ]
+    assert read_all(client, "journal/three") == [
+        Doc("value three", build_uuid(p, 5, Flags.CONTINUE_TXN)),
+        Doc("", build_uuid(p, 7, Flags.ACK_TXN)),
+    ]
+
+
+def test_own_clock_follows_wall_time(client) -> None:
+    """Without a clock, the Publisher's clock tracks the wall clock."""
+    import time
+
+    from message import new_clock
+
+    before = new_clock(time.time_ns())
+    pub = Publisher(client)
+    pub.publish_committed(to("a/journal"), Doc("x")).result()
+    clock = get_clock(read_all(client, "a/journal")[0].uuid)
+    assert before < clock <= new_clock(time.time_ns()) + 16
+
+
+def test_concurrent_publishers_keep_clocks_increasing_per_journal(client) -> None:
+    """Many threads publishing at once still give increasing clocks in each journal."""
+    journals = ["journal/one", "journal/two", "journal/three"]
+    parts = [client.get(j) for j in journals]
+    pub = Publisher(client)
+    mapping = modulo_mapping(lambda d: d.s, lambda: parts)
+
+    def work(t: int) -> None:
+        for i in range(300):
+            pub.publish_committed(mapping, Doc(f"{t}-{i}"))
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    client.flush()
+    total = 0
+    for j in journals:
+        clocks = [get_clock(d.uuid) for d in read_all(client, j)]
+        assert clocks == sorted(clocks) and len(set(clocks)) == len(clocks)
+        total += len(clocks)
+    assert total == 1200
+
+
+def test_empty_partitions_error_from_mapping(client) -> None:
+    """A mapping over no partitions raises EmptyPartitionsError; nothing is written."""
+    pub = Publisher(client)
+    with pytest.raises(EmptyPartitionsError):
+        pub.publish_committed(modulo_mapping(lambda d: d.s, lambda: []), Doc("x"))
+
+
+def committed(client, journal: str) -> list[str]:
+    return [
+        e.message.s
+        for e in ReadCommittedIter(client, journal, lambda _s: Doc())
+        if get_flags(e.message.uuid) != Flags.ACK_TXN
+    ]
+
+
+def test_transaction_commits_on_clean_exit(client, tmp_path) -> None:
+    """A Transaction's messages become visible only when it commits, in every journal."""
+    pub = Publisher(client)
+    log = IntentLog(tmp_path / "intents.json")
+    with Transaction(pub, log) as txn:
+        txn.publish(to("journal/one"), Doc("a"))
+        txn.publish(to("journal/two"), Doc("b"))
+        assert committed(client, "journal/one") == []  # not yet
+    assert committed(client, "journal/one") == ["a"]
+    assert committed(client, "journal/two") == ["b"]
+    assert not log.path.exists()
+
+
+def test_transaction_aborts_on_exception_with_rollback_acks(client) -> None:
+    """An exception aborts: roll-back ACKs are written and readers drop the messages."""
+    pub = Publisher(client)
+    pub.publish_committed(to("journal/one"), Doc("before")).result()
+    with pytest.raises(RuntimeError, match="boom"), Transaction(pub) as txn:
+        txn.publish(to("journal/one"), Doc("x"))
+        txn.publish(to("journal/two"), Doc("y"))
+        raise RuntimeError("boom")
+    # The roll-back ACKs are there, and nothing of the transaction commits.
+    flags = [get_flags(d.uuid) for d in read_all(client, "journal/two")]
+    assert flags == [Flags.CONTINUE_TXN, Flags.ACK_TXN]
+    assert committed(client, "journal/one") == ["before"]
+    assert committed(client, "journal/two") == []
+    seq_reader = ReadCommittedIter(client, "journal/two", lambda _s: Doc())
+    assert [e.message.s for e in seq_reader] == []
+    assert not seq_reader.sequencer.has_pending({})  # readers stopped waiting
+    # The producer goes on: its next transaction commits normally.
+    with Transaction(pub) as txn:
+        txn.publish(to("journal/one"), Doc("after"))
+    assert committed(client, "journal/one") == ["before", "after"]
+
+
+def test_intent_log_recovery_completes_a_half_written_commit(client, tmp_path) -> None:
+    """Intents saved but only partly written are re-written on recovery: all journals commit."""
+    pub = Publisher(client)
+    pub.publish_uncommitted(to("journal/one"), Doc("a")).result()
+    pub.publish_uncommitted(to("journal/two"), Doc("b")).result()
+    log = IntentLog(tmp_path / "intents.json")
+    intents = pub.build_ack_intents()
+    log.save(intents)
+    client.append(intents[0].journal, intents[0].intent).result()  # then "crash"
+    assert committed(client, "journal/one") == ["a"]
+    assert committed(client, "journal/two") == []
+
+    assert IntentLog(tmp_path / "intents.json").recover(client) == 2
+    assert committed(client, "journal/one") == ["a"]  # the re-written ACK is harmless
+    assert committed(client, "journal/two") == ["b"]
+    assert IntentLog(tmp_path / "intents.json").recover(client) == 0
+
+
+def test_intent_log_rejects_garbage(tmp_path) -> None:
+    """A corrupt intent log is an IntentLogError, not a traceback from json."""
+    path = tmp_path / "intents.json"
+    path.write_bytes(b"\x00not json")
+    with pytest.raises(IntentLogError):
+        IntentLog(path).load()
+
+
+def test_json_document_round_trips_through_ndjson(client) -> None:
+    """JsonDocument keeps its UUID at _meta/uuid and reads back whole."""
+    pub = Publisher(client)
+    pub.publish_committed(to("a/journal"), JsonDocument(page="/home", n=3)).result()
+    [env] = ReadCommittedIter(client, "a/journal", lambda _s: JsonDocument())
+    assert env.message["page"] == "/home" and env.message["n"] == 3
+    assert get_producer_id(env.message.get_uuid()) == pub.producer_id
+    assert env.message["_meta"]["uuid"] == str(env.message.get_uuid())
+
+
+def test_spec_passed_to_new_message(client) -> None:
+    """new_message receives the journal's spec."""
+    seen: dict[str, list[JournalSpec]] = defaultdict(list)
+    Publisher(client).publish_committed(to("a/journal"), Doc("x")).result()
+
+    def new_message(spec: JournalSpec) -> Doc:
+        seen[spec.name].append(spec)
+        return Doc()
+
+    list(ReadUncommittedIter(client, "a/journal", new_message))
+    assert seen["a/journal"][0].content_type == "application/x-ndjson"
