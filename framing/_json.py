@@ -156,19 +156,10 @@ def _encode_with_hook(msg: Any) -> bytes:
     return doc + b"\n"
 
 
-def _unsupported_encoder(cls: type) -> _Encoder:
-    def fail(msg: Any) -> bytes:
-        raise UnsupportedMessageError(
-            f"the NDJSON framing cannot encode {cls.__qualname__}: it is not a dict"
-            " or a dataclass, and has no marshal_json() method",
-            message_type=cls,
-        )
-
-    return fail
-
-
-# Per-type caches of the encoder and decoder to use. Message types are few and
-# long-lived; a race between threads only computes an entry twice.
+# Per-type caches of the encoder and decoder to use, so that the hooks are
+# looked up once per type, not per message. Message types are few and
+# long-lived; a race between threads only computes an entry twice. Types the
+# framing cannot handle raise, and are not cached.
 _encoders: dict[type, _Encoder] = {}
 _decoders: dict[type, _Decoder] = {}
 
@@ -184,7 +175,11 @@ def _encoder_for(cls: type) -> _Encoder:
     elif issubclass(cls, dict) or dataclasses.is_dataclass(cls):
         encoder = _encode_with_orjson
     else:
-        encoder = _unsupported_encoder(cls)
+        raise UnsupportedMessageError(
+            f"the NDJSON framing cannot encode {cls.__qualname__}: it is not a dict"
+            " or a dataclass, and has no marshal_json() method",
+            message_type=cls,
+        )
     _encoders[cls] = encoder
     return encoder
 
@@ -246,7 +241,7 @@ def _is_uuid_type(hint: object) -> bool:
 def _dataclass_decoder(cls: type) -> _Decoder:
     params = getattr(cls, "__dataclass_params__", None)
     if params is not None and params.frozen:
-        return _unsupported_decoder(cls, "it is a frozen dataclass")
+        raise _unsupported(cls, "it is a frozen dataclass")
     try:
         hints = typing.get_type_hints(cls)
     except Exception:
@@ -282,14 +277,10 @@ def _dataclass_decoder(cls: type) -> _Decoder:
     return decode
 
 
-def _unsupported_decoder(cls: type, why: str) -> _Decoder:
-    def fail(frame: Frame, msg: Any) -> None:
-        raise UnsupportedMessageError(
-            f"the NDJSON framing cannot decode into {cls.__qualname__}: {why}",
-            message_type=cls,
-        )
-
-    return fail
+def _unsupported(cls: type, why: str) -> UnsupportedMessageError:
+    return UnsupportedMessageError(
+        f"the NDJSON framing cannot decode into {cls.__qualname__}: {why}", message_type=cls
+    )
 
 
 def _decoder_for(cls: type) -> _Decoder:
@@ -307,7 +298,7 @@ def _decoder_for(cls: type) -> _Decoder:
     elif dataclasses.is_dataclass(cls):
         decoder = _dataclass_decoder(cls)
     else:
-        decoder = _unsupported_decoder(
+        raise _unsupported(
             cls, "it is not a dict or a dataclass, and has no unmarshal_json() method"
         )
     _decoders[cls] = decoder
