@@ -109,6 +109,7 @@ class Sequencer:
         "_inflight",
         "_next",
         "_out",
+        "_out_n",
         "_out_pos",
         "_owners",
         "_partials",
@@ -132,6 +133,7 @@ class Sequencer:
             self._partials[(s.journal, pid)] = _Partial(s.journal, pid, s.last_ack, s.begin)
         # Committed envelopes ready to dequeue: self._out[self._out_pos:].
         self._out: list[Envelope] = []
+        self._out_n = 0  # len(self._out), kept to save a call per envelope
         self._out_pos = 0
         self._replay: _Replay | None = None
         # The sequence being dequeued: (partial, committing envelope, and the
@@ -152,7 +154,7 @@ class Sequencer:
         Returns True if it completes a sequence (commits, or is a duplicate or
         a roll-back), False if it extends a transaction still pending.
         """
-        if self._out_pos < len(self._out) or self._replay is not None:
+        if self._out_pos < self._out_n or self._replay is not None:
             raise RuntimeError("committed messages remain to dequeue")
         i = env.message.get_uuid().int
         # get_clock(), inlined: this is the hottest line of the read path.
@@ -162,77 +164,48 @@ class Sequencer:
             | ((i >> 96) << 4)
             | ((i >> 58) & 0xF)
         )
-        if clock == 0:
-            # No clock: at-least-once. Commits at once, and is never tracked.
-            self._add(env, None, 0)
-            self._out = [env]
-            self._out_pos = 0
-            self._inflight = (None, env, 0, -1)
-            self._replayed_last = None
-            return True
-
-        flags = (i >> 48) & 0x3FF
-        key = (env.journal.name, i & _MASK48)
-        p = self._partials.get(key)
-        if p is None:
-            p = self._partials[key] = _Partial(key[0], key[1], clock - 1, -1)
-
-        if flags == _CONTINUE:
-            if clock <= p.max_clock:  # max_clock >= last_ack, always
-                return True  # duplicate
-            if p.begin == -1:
-                p.begin = env.begin
-            self._add(env, p, clock)
-            p.max_clock = clock
-            return False
-
-        if flags == _ACK:
-            if clock <= p.last_ack:
-                if clock < p.last_ack:
-                    log.warning(
-                        "ACK_TXN of %s in %s at offset %d is older than the last "
-                        "acknowledged clock: rolled back (an upstream checkpoint was "
-                        "restored; exactly-once falls back to at-least-once)",
-                        key[1].to_bytes(6, "big").hex(), key[0], env.begin,
-                    )
-                p.last_ack = p.max_clock = clock
-                p.begin = -1
-                p.ring_start = p.ring_stop = -1
-                return True
-            if p.begin == -1:
-                self._add(env, None, clock)  # an ACK with no span: itself only
-                self._out = [env]
+        p: _Partial | None = None
+        owner: _Partial | None = None  # whose span the envelope joins in the ring
+        if clock:
+            flags = (i >> 48) & 0x3FF
+            key = (env.journal.name, i & _MASK48)
+            p = self._partials.get(key)
+            if p is None:
+                p = self._partials[key] = _Partial(key[0], key[1], clock - 1, -1)
+            if flags == _CONTINUE:
+                if clock <= p.max_clock:  # max_clock >= last_ack, always
+                    return True  # duplicate
+                if p.begin == -1:
+                    p.begin = env.begin
+                owner = p
+            elif flags == _ACK:
+                if clock <= p.last_ack:
+                    if clock < p.last_ack:
+                        self._warn_old_ack(env, key)
+                    p.last_ack = p.max_clock = clock
+                    p.begin = -1
+                    p.ring_start = p.ring_stop = -1
+                    return True
+                if p.begin != -1:
+                    owner = p  # the ACK closes the span's chain in the ring
             else:
-                self._add(env, p, clock)
-                self._commit_span(p, clock)
-        else:
-            if flags:
-                log.warning(
-                    "unknown UUID flags %#x in %s at offset %d: handled as OUTSIDE_TXN",
-                    flags, key[0], env.begin,
-                )
-            if clock <= p.last_ack:
-                return True  # duplicate
-            # Commits itself; an open span (mixed committed and transactional
-            # publishing by one producer) is discarded.
-            self._add(env, None, clock)
-            self._out = [env]
-        self._out_pos = 0
-        self._inflight = (p, env, p.last_ack, p.begin)
-        if self._replay is None:
-            self._replayed_last = None
-        p.last_ack = p.max_clock = clock
-        p.begin = -1
-        p.ring_start = p.ring_stop = -1
-        return True
+                if flags:
+                    log.warning(
+                        "unknown UUID flags %#x in %s at offset %d: handled as OUTSIDE_TXN",
+                        flags, key[0], env.begin,
+                    )
+                if clock <= p.last_ack:
+                    return True  # duplicate
+                # Commits itself; an open span (mixed committed and transactional
+                # publishing by one producer) is discarded.
 
-    def _add(self, env: Envelope, owner: _Partial | None, clock: int) -> None:
-        """Write ``env`` at the ring's head, evicting the oldest entry."""
+        # Write the envelope at the ring's head, evicting the oldest entry
+        # (inlined: a call per envelope is a tenth of the Sequencer's time).
         h = self._head
         old = self._owners[h]
         if old is not None and old.ring_start == h:
             # The evicted envelope opens its producer's in-ring span: the span
-            # now starts at the next one (or has nothing left in the ring).
+            # now starts at the next one, or has nothing left in the ring.
             if old.ring_stop == h:
                 old.ring_start = old.ring_stop = -1
             else:
@@ -249,6 +222,39 @@ class Sequencer:
             owner.ring_stop = h
         h += 1
         self._head = 0 if h == self._size else h
+
+        if p is None:
+            # No clock: at-least-once. Commits at once, and is never tracked.
+            self._out = [env]
+            self._out_n = 1
+            self._out_pos = 0
+            self._inflight = (None, env, 0, -1)
+            self._replayed_last = None
+            return True
+        if owner is p:
+            if flags == _CONTINUE:
+                p.max_clock = clock
+                return False
+            self._commit_span(p, clock)
+        else:
+            self._out = [env]
+            self._out_n = 1
+        self._out_pos = 0
+        self._inflight = (p, env, p.last_ack, p.begin)
+        if self._replay is None:
+            self._replayed_last = None
+        p.last_ack = p.max_clock = clock
+        p.begin = -1
+        p.ring_start = p.ring_stop = -1
+        return True
+
+    def _warn_old_ack(self, env: Envelope, key: tuple[str, int]) -> None:
+        log.warning(
+            "ACK_TXN of %s in %s at offset %d is older than the last acknowledged "
+            "clock: rolled back (an upstream checkpoint was restored; exactly-once "
+            "falls back to at-least-once)",
+            key[1].to_bytes(6, "big").hex(), key[0], env.begin,
+        )
 
     def _commit_span(self, p: _Partial, ack: int) -> None:
         """Emit ``p``'s span, whose ACK was just added to the ring."""
@@ -267,6 +273,7 @@ class Sequencer:
                     out.append(env)
                 idx = nxt[idx]
             self._out = out
+            self._out_n = len(out)
             return
         tail: list[tuple[int, Envelope]] = []
         while idx != -1:
@@ -275,6 +282,7 @@ class Sequencer:
             tail.append((clocks[idx], env))
             idx = nxt[idx]
         self._out = []
+        self._out_n = 0
         self._replayed_last = None
         self._replay = _Replay(p, ack, first.begin, tail)
 
@@ -287,7 +295,7 @@ class Sequencer:
         re-read from the journal first.
         """
         pos = self._out_pos
-        if pos < len(self._out):
+        if pos < self._out_n:
             self._out_pos = pos + 1
             return self._out[pos]
         r = self._replay
@@ -309,6 +317,7 @@ class Sequencer:
                 out.append(e)
             running = max(running, clock)
         self._out = out
+        self._out_n = len(out)
         self._out_pos = 0
         return self.deque_committed()
 
@@ -388,7 +397,7 @@ class Sequencer:
         ``last_ack`` is more than that older than the newest ``last_ack`` of
         their journal are first forgotten.
         """
-        if self._out_pos < len(self._out) or self._replay is not None:
+        if self._out_pos < self._out_n or self._replay is not None:
             raise RuntimeError("committed messages remain to dequeue")
         self._prune(prune_horizon, None)
         return [
@@ -440,7 +449,7 @@ class Sequencer:
         so that re-reading the committing envelope replays exactly the part
         not yet dequeued.
         """
-        drained = self._out_pos >= len(self._out) and self._replay is None
+        drained = self._out_pos >= self._out_n and self._replay is None
         inflight = self._inflight
         if drained or inflight is None:
             return self.producer_states(prune_horizon), None
