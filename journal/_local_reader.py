@@ -14,7 +14,7 @@ import bisect
 import os
 from typing import TYPE_CHECKING, Final, final
 
-from ._errors import JournalError
+from ._errors import JournalError, JournalNotFoundError
 from ._files import JournalDir, open_commit, open_fragment_path, read_record, scan
 from ._fragment import CommitRecord, Fragment
 from ._reader import JUMPED, ReaderBase, warn_jump
@@ -49,6 +49,8 @@ class LocalJournalReader(ReaderBase):
         self._store = store
         self._jd = jd
         self._commit_fd: int | None = commit_fd
+        st = os.fstat(commit_fd)
+        self._commit_id = (st.st_dev, st.st_ino)
         self._watch = watch
         self._sealed = sealed
         self._sealed_begins = [f.begin for f in sealed]
@@ -75,11 +77,11 @@ class LocalJournalReader(ReaderBase):
                     self._flimit = rec.end
                     continue
                 if rec.begin == self._fbegin and off >= rec.end:
-                    return 0
+                    return self._at_end()
             self._close_file()
             rec = self._record()
             if off >= rec.end:
-                return 0
+                return self._at_end()
             if off >= rec.begin:
                 try:
                     self._open(open_fragment_path(self._jd, rec), rec.begin, rec.end, False)
@@ -106,6 +108,18 @@ class LocalJournalReader(ReaderBase):
             f"journal {self._journal!r}: offset {off} could not be located"
             f" after {_MAX_ATTEMPTS} attempts (directory changing too fast)"
         )
+
+    def _at_end(self) -> int:
+        """No byte is committed at the offset: fine, unless the journal is gone
+        (our commit record file is no longer the one at its path)."""
+        try:
+            st = os.stat(self._jd.commit_path)
+            current = (st.st_dev, st.st_ino) == self._commit_id
+        except (FileNotFoundError, NotADirectoryError):
+            current = False
+        if not current:
+            raise JournalNotFoundError(self._journal)
+        return 0
 
     def _pread(self, buf: memoryview, pos: int) -> int:
         assert self._fd is not None

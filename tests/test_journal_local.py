@@ -1,0 +1,587 @@
+"""LocalJournalStore: on-disk layout, fragments, recovery, corruption, locking, following."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import io
+import itertools
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from journal import (
+    CorruptJournalError,
+    InvalidJournalNameError,
+    JournalError,
+    JournalNotFoundError,
+    LocalJournalStore,
+)
+from journal._files import JournalDir, open_commit, read_record
+from journal._fragment import COMMIT_FILE, open_name, sealed_name, slot_offset
+
+NDJSON = {"content-type": "application/x-ndjson"}
+REPO = str(Path(__file__).resolve().parent.parent)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[LocalJournalStore]:
+    with LocalJournalStore(tmp_path / "root", fragment_size=100) as s:
+        yield s
+
+
+def _lines(n: int, start: int = 0) -> list[bytes]:
+    return [
+        json.dumps({"n": i, "pad": "x" * (i % 7)}).encode() + b"\n" for i in range(start, start + n)
+    ]
+
+
+def _append_all(store: LocalJournalStore, name: str, parts: list[bytes]) -> None:
+    futs = [store.append(name, p) for p in parts]
+    for f in futs:
+        f.result(timeout=30)
+
+
+def _read(store: LocalJournalStore, name: str, offset: int = 0) -> bytes:
+    with store.read(name, offset) as r:
+        return r.read()
+
+
+def _record(root: Path, name: str) -> tuple[int, int, int]:
+    jd = JournalDir.of(str(root), name)
+    fd = open_commit(jd)
+    try:
+        return tuple(read_record(jd, fd))  # type: ignore[return-value]
+    finally:
+        os.close(fd)
+
+
+# Layout ------------------------------------------------------------------------
+
+
+def test_journal_directory_layout(store: LocalJournalStore) -> None:
+    """A journal is a nested directory: @spec.json, @commit, @lock and Gazette-named fragments."""
+    store.create("topic/part-0", NDJSON)
+    parts = _lines(12)
+    _append_all(store, "topic/part-0", parts)
+    jdir = Path(store.root) / "topic" / "part-0"
+    spec = json.loads((jdir / "@spec.json").read_text())
+    assert spec["name"] == "topic/part-0"
+    assert spec["labels"] == {"content-type": ["application/x-ndjson"]}
+    names = sorted(p.name for p in jdir.iterdir())
+    assert {"@spec.json", "@commit", "@lock"} <= set(names)
+    sealed = [n for n in names if n.endswith(".raw")]
+    assert sealed, "fragment_size=100 must have sealed fragments"
+    for name in sealed:
+        begin, end, sha = name[: -len(".raw")].split("-")
+        body = (jdir / name).read_bytes()
+        assert len(begin) == len(end) == 16 and len(sha) == 40
+        assert len(body) == int(end, 16) - int(begin, 16)
+        assert hashlib.sha1(body).hexdigest() == sha
+        assert name == sealed_name(int(begin, 16), int(end, 16), bytes.fromhex(sha))
+
+
+def test_sealed_ndjson_fragment_is_a_plain_ndjson_file(store: LocalJournalStore) -> None:
+    """Fragments end on append boundaries, so each sealed NDJSON fragment parses line by line."""
+    store.create("nd", NDJSON)
+    parts = _lines(40)
+    _append_all(store, "nd", parts)
+    frags = store.fragments("nd")
+    assert [f.sealed for f in frags] == [True] * (len(frags) - 1) + [frags[-1].sealed]
+    seen = []
+    for f in frags:
+        with open(f.path, "rb") as fh:
+            body = fh.read(f.size)
+        assert body.endswith(b"\n")
+        seen += [json.loads(line) for line in body.splitlines()]
+    assert seen == [json.loads(p) for p in parts]
+
+
+def test_fragments_tile_the_journal_and_roll_at_fragment_size(store: LocalJournalStore) -> None:
+    """fragments() are contiguous; each sealed one reached fragment_size with its last append."""
+    store.create("roll", NDJSON)
+    parts = [b"a" * 30 + b"\n"] * 10 + [b"b" * 250 + b"\n"]
+    _append_all(store, "roll", parts)
+    frags = store.fragments("roll")
+    assert frags[0].begin == 0 and frags[-1].end == store.head("roll") == sum(map(len, parts))
+    assert all(a.end == b.begin for a, b in itertools.pairwise(frags))
+    for f in frags:
+        if f.sealed:
+            assert f.size >= 100
+            assert f.size - 100 < 251  # Overshoot by less than one append.
+            assert f.content_name == os.path.basename(f.path)
+            assert f.mtime <= time.time()
+    boundaries = {0} | {sum(map(len, parts[: i + 1])) for i in range(len(parts))}
+    assert all(f.end in boundaries for f in frags)
+
+
+def test_open_fragment_listed_with_committed_end(store: LocalJournalStore) -> None:
+    """The open fragment is listed last with its committed end; bytes after it are not committed."""
+    store.create("open", NDJSON)
+    store.append("open", b"0123456789\n").result()
+    (frag,) = store.fragments("open")
+    assert (frag.begin, frag.end, frag.sealed, frag.content_name) == (0, 11, False, None)
+    assert os.path.basename(frag.path) == open_name(0)
+    # Garbage past the committed end, as a writer killed mid-write leaves it.
+    with open(frag.path, "ab") as fh:
+        fh.write(b"GARBAGE")
+    assert store.fragments("open")[0].end == 11
+    assert _read(store, "open") == b"0123456789\n"
+    # The next append is written over the garbage, at the committed end.
+    assert store.append("open", b"next\n").result().begin == 11
+    assert _read(store, "open") == b"0123456789\nnext\n"
+    assert os.path.getsize(frag.path) == 16
+
+
+def test_nested_journals_share_directories(store: LocalJournalStore) -> None:
+    """Journals a/b and a/b/c coexist; deleting one keeps the other and prunes empty dirs."""
+    store.create("a/b", NDJSON)
+    store.create("a/b/c", NDJSON)
+    _append_all(store, "a/b", _lines(10))
+    _append_all(store, "a/b/c", [b"child\n"])
+    assert [s.name for s in store.list()] == ["a/b", "a/b/c"]
+    assert [s.name for s in store.list("prefix=a/b/")] == ["a/b/c"]
+    store.delete("a/b")
+    assert [s.name for s in store.list()] == ["a/b/c"]
+    assert _read(store, "a/b/c") == b"child\n"
+    store.delete("a/b/c")
+    assert not (Path(store.root) / "a").exists()
+
+
+def test_reserved_and_overlong_components(store: LocalJournalStore) -> None:
+    """Components shaped like fragment names, or too long for a directory, are refused."""
+    frag_like = f"{0:016x}-{16:016x}-{'0' * 40}.raw"
+    for bad in (f"j/{frag_like}", "j/" + "x" * 256):
+        with pytest.raises(InvalidJournalNameError):
+            store.create(bad, NDJSON)
+    assert store.list() == []
+
+
+def test_content_survives_reopening(tmp_path: Path) -> None:
+    """A new store on the same root sees the same journals, content and head."""
+    root = tmp_path / "root"
+    with LocalJournalStore(root, fragment_size=64) as s:
+        s.create("keep", NDJSON)
+        _append_all(s, "keep", _lines(20))
+        want = _read(s, "keep")
+    with LocalJournalStore(root, fragment_size=64) as s:
+        assert s.get("keep").content_type == "application/x-ndjson"
+        assert _read(s, "keep") == want
+        assert s.append("keep", b"more\n").result().begin == len(want)
+
+
+# Recovery ------------------------------------------------------------------------------
+
+
+def test_torn_newest_commit_slot_falls_back_to_previous(tmp_path: Path) -> None:
+    """A torn commit slot is ignored: readers use the other slot, and the next commit repairs it."""
+    root = tmp_path / "root"
+    with LocalJournalStore(root) as s:
+        s.create("torn", NDJSON)
+        s.append("torn", b"first\n").result()
+        s.append("torn", b"second\n").result()
+        seq, _, end = _record(root, "torn")
+        assert end == 13
+        commit = root / "torn" / COMMIT_FILE
+        raw = bytearray(commit.read_bytes())
+        raw[slot_offset(seq) + 20] ^= 0xFF  # Damage the newest slot's end field.
+        commit.write_bytes(bytes(raw))
+    with LocalJournalStore(root) as s:
+        assert s.head("torn") == 6
+        assert _read(s, "torn") == b"first\n"
+        # The unacknowledged-looking bytes are cut and overwritten.
+        assert s.append("torn", b"third\n").result().begin == 6
+        assert _read(s, "torn") == b"first\nthird\n"
+
+
+def test_crash_between_seal_rename_and_record_update(tmp_path: Path) -> None:
+    """A fragment sealed but not yet recorded reads fine, and recovery records it."""
+    root = tmp_path / "root"
+    with LocalJournalStore(root, fragment_size=1000) as s:
+        s.create("seal", NDJSON)
+        s.append("seal", b"x" * 50 + b"\n").result()
+    jdir = root / "seal"
+    body = (jdir / open_name(0)).read_bytes()
+    os.rename(jdir / open_name(0), jdir / sealed_name(0, 51, hashlib.sha1(body).digest()))
+    with LocalJournalStore(root, fragment_size=1000) as s:
+        assert _read(s, "seal") == body
+        assert [(f.begin, f.end, f.sealed) for f in s.fragments("seal")] == [(0, 51, True)]
+        assert s.append("seal", b"y\n").result().begin == 51
+        assert _read(s, "seal") == body + b"y\n"
+    assert _record(root, "seal")[1:] == (51, 53)
+
+
+def test_half_deleted_journal_is_recreated_empty(tmp_path: Path) -> None:
+    """Leftovers of a deletion interrupted after removing @spec.json do not leak into a new one."""
+    root = tmp_path / "root"
+    with LocalJournalStore(root, fragment_size=20) as s:
+        s.create("gone", NDJSON)
+        _append_all(s, "gone", _lines(10))
+    (root / "gone" / "@spec.json").unlink()
+    with LocalJournalStore(root) as s:
+        with pytest.raises(JournalNotFoundError):
+            s.get("gone")
+        s.create("gone", NDJSON)
+        assert s.head("gone") == 0 and s.fragments("gone") == []
+
+
+# Corruption ------------------------------------------------------------------------------
+
+
+def _sealed_store(root: Path) -> Path:
+    with LocalJournalStore(root, fragment_size=50) as s:
+        s.create("bad/j", NDJSON)
+        _append_all(s, "bad/j", _lines(10))
+    return root / "bad" / "j"
+
+
+def test_fragment_with_wrong_size_is_reported(tmp_path: Path) -> None:
+    """A sealed fragment whose size disagrees with its name: CorruptJournalError naming both."""
+    jdir = _sealed_store(tmp_path / "root")
+    victim = sorted(jdir.glob("*.raw"))[0]
+    with open(victim, "ab") as fh:
+        fh.write(b"!")
+    with LocalJournalStore(tmp_path / "root") as s:
+        for call in (
+            lambda: s.fragments("bad/j"),
+            lambda: s.read("bad/j"),
+            lambda: s.verify("bad/j"),
+        ):
+            with pytest.raises(CorruptJournalError) as info:
+                call()
+            assert info.value.journal == "bad/j"
+            assert info.value.path == str(victim)
+            assert "bad/j" in str(info.value) and victim.name in str(info.value)
+
+
+def test_fragment_with_wrong_sha1_is_reported(tmp_path: Path) -> None:
+    """A sealed fragment whose content does not match its SHA-1 fails reads and verify()."""
+    jdir = _sealed_store(tmp_path / "root")
+    victim = sorted(jdir.glob("*.raw"))[1]
+    body = bytearray(victim.read_bytes())
+    body[0] ^= 0x01
+    victim.write_bytes(bytes(body))
+    with LocalJournalStore(tmp_path / "root") as s:
+        with pytest.raises(CorruptJournalError, match="SHA-1") as info:
+            s.verify("bad/j")
+        assert info.value.path == str(victim)
+        with s.read("bad/j") as r, pytest.raises(CorruptJournalError, match=victim.name):
+            while r.read(1000):
+                pass
+
+
+def test_foreign_file_is_reported_and_left_alone(tmp_path: Path) -> None:
+    """A foreign file fails reads, listings and appends with a clear error, changing nothing."""
+    jdir = _sealed_store(tmp_path / "root")
+    before = sorted(p.name for p in jdir.iterdir())
+    (jdir / "notes.txt").write_text("hello")
+    with LocalJournalStore(tmp_path / "root") as s:
+        head = s.head("bad/j")
+        with pytest.raises(CorruptJournalError, match="unrecognised file"):
+            s.read("bad/j")
+        with pytest.raises(CorruptJournalError, match=r"notes\.txt"):
+            s.fragments("bad/j")
+        with pytest.raises(CorruptJournalError, match="bad/j"):
+            s.append("bad/j", b"x\n").result(timeout=10)
+        assert s.head("bad/j") == head
+        with pytest.raises(JournalError):
+            s.flush()
+    assert sorted(p.name for p in jdir.iterdir()) == sorted([*before, "notes.txt"])
+
+
+# Writers ---------------------------------------------------------------------------------
+
+
+def test_group_commit_batches_many_appends_per_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thousands of appends in flight are written with far fewer fdatasync calls than appends."""
+    syncs = 0
+    real = os.fdatasync
+
+    def counting(fd: int) -> None:
+        nonlocal syncs
+        syncs += 1
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counting)
+    with LocalJournalStore(tmp_path / "root") as s:
+        s.create("gc", NDJSON)
+        futs = [s.append("gc", b"%099d" % i) for i in range(3000)]
+        s.flush(timeout=60)
+        assert all(f.result().end - f.result().begin == 99 for f in futs)
+    # Two syncs (data, record) per batch: 3000 appends one by one would need 6000.
+    assert syncs < 600, syncs
+
+
+def test_flush_times_out_while_another_holder_has_the_lock(store: LocalJournalStore) -> None:
+    """Writers wait for the journal's flock, held here as another process would; flush times out."""
+    store.create("locked", NDJSON)
+    store.append("locked", b"before\n").result()
+    fd = os.open(os.path.join(store.root, "locked", "@lock"), os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        fut = store.append("locked", b"during\n")
+        with pytest.raises(TimeoutError):
+            store.flush(timeout=0.2)
+        assert not fut.done()
+        assert store.head("locked") == 7
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    store.flush(timeout=10)
+    assert fut.result() == ("locked", 7, 14)
+
+
+def test_append_to_journal_deleted_elsewhere_fails_its_future(tmp_path: Path) -> None:
+    """A journal deleted through another store fails later appends via their futures and flush()."""
+    root = tmp_path / "root"
+    with LocalJournalStore(root) as a, LocalJournalStore(root) as b:
+        a.create("vanish", NDJSON)
+        a.append("vanish", b"x\n").result()
+        b.delete("vanish")
+        fut = a.append("vanish", b"y\n")
+        with pytest.raises(JournalNotFoundError):
+            fut.result(timeout=10)
+        with pytest.raises(JournalError, match="1 append"):
+            a.flush()
+        a.flush()  # Failures are reported once.
+
+
+def test_cancelled_append_is_not_written(store: LocalJournalStore) -> None:
+    """An append cancelled before its batch starts is skipped; later appends still land in order."""
+    store.create("cancel", NDJSON)
+    fd = os.open(os.path.join(store.root, "cancel", "@lock"), os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        first = store.append("cancel", b"1\n")
+        time.sleep(0.05)  # The writer thread now waits for the lock with `first`.
+        second = store.append("cancel", b"2\n")
+        assert second.cancel()
+        third = store.append("cancel", b"3\n")
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    assert first.result(timeout=10).begin == 0
+    assert third.result(timeout=10).begin == 2
+    assert _read(store, "cancel") == b"1\n3\n"
+
+
+def test_append_copies_mutable_buffers(store: LocalJournalStore) -> None:
+    """A bytearray changed after append() does not change what is written."""
+    store.create("copy", NDJSON)
+    buf = bytearray(b"original\n")
+    fut = store.append("copy", buf)
+    buf[:] = b"CHANGED!\n"
+    fut.result()
+    assert _read(store, "copy") == b"original\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_can_use_the_parents_store(store: LocalJournalStore) -> None:
+    """After fork, the child appends through the inherited store without the parent's threads."""
+    store.create("fork", NDJSON)
+    store.append("fork", b"parent\n").result()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        with contextlib.suppress(BaseException):
+            store.append("fork", b"child\n").result(timeout=10)
+            store.close()
+            code = 0
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert store.append("fork", b"parent again\n").result().begin == 13
+    assert _read(store, "fork") == b"parent\nchild\nparent again\n"
+
+
+# Readers ---------------------------------------------------------------------------------
+
+
+def test_reader_seek_and_tell(store: LocalJournalStore) -> None:
+    """seek() moves to journal offsets (SEEK_END is the committed end); tell() reports them."""
+    store.create("seek", NDJSON)
+    data = b"".join(_lines(30))
+    _append_all(store, "seek", [data[i : i + 40] for i in range(0, len(data), 40)])
+    with store.read("seek") as r:
+        assert r.seek(123) == 123 and r.tell() == 123
+        assert r.read(5) == data[123:128]
+        assert r.seek(-10, io.SEEK_END) == len(data) - 10
+        assert r.read() == data[-10:]
+        assert r.seek(-5, io.SEEK_CUR) == len(data) - 5
+        with pytest.raises(ValueError):
+            r.seek(-1)
+
+
+def test_reader_keeps_reading_a_fragment_removed_under_it(
+    store: LocalJournalStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A reader finishes a fragment it holds open after trim, then jumps to the next offset."""
+    store.create("trim", NDJSON)
+    data = b"".join(_lines(60))
+    _append_all(store, "trim", [data[i : i + 25] for i in range(0, len(data), 25)])
+    frags = store.fragments("trim")
+    with store.read("trim") as r:
+        assert r.read(10) == data[:10]
+        first = store.trim("trim", before_offset=frags[3].end)
+        assert first == frags[4].begin
+        assert r.read(1000) == data[10 : frags[0].end]  # Still open: readable.
+        with caplog.at_level(logging.WARNING, logger="journal"):
+            chunk = r.read(5)
+        assert r.offset == first + len(chunk)
+        assert chunk == data[first : first + 5]
+    assert any("no longer available" in m for m in caplog.messages)
+
+
+def test_trim_by_age_and_seal(store: LocalJournalStore) -> None:
+    """trim(older_than=timedelta) keeps recent fragments; seal() lets the open fragment go too."""
+    store.create("age", NDJSON)
+    _append_all(store, "age", [b"z" * 99 + b"\n"] * 3 + [b"tail\n"])
+    assert store.trim("age", older_than=timedelta(hours=1)) == 0
+    old = time.time() - 7200
+    for f in store.fragments("age"):
+        if f.sealed:
+            os.utime(f.path, (old, old))
+    assert store.trim("age", older_than=timedelta(hours=1)) == 300
+    assert _read(store, "age", 300) == b"tail\n"
+    sealed = store.seal("age")
+    assert sealed is not None and (sealed.begin, sealed.end, sealed.sealed) == (300, 305, True)
+    assert store.seal("age") is None
+    assert store.trim("age", before_offset=305) == 305
+    assert store.fragments("age") == [] and store.head("age") == 305
+    assert store.append("age", b"again\n").result().begin == 305
+
+
+def test_blocking_reader_wakes_promptly_in_process(store: LocalJournalStore) -> None:
+    """A following reader gets an append of the same process well under 100 ms after it resolves."""
+    store.create("fast", NDJSON)
+    with store.read("fast", block=True) as r:
+        delays = []
+        for i in range(5):
+            box: list[float] = []
+
+            def consume(box: list[float] = box) -> None:
+                r.read(100)
+                box.append(time.monotonic())
+
+            t = threading.Thread(target=consume)
+            t.start()
+            time.sleep(0.03)
+            store.append("fast", b"%d\n" % i).result()
+            resolved = time.monotonic()
+            t.join(5)
+            delays.append(box[0] - resolved)
+    assert max(delays) < 0.1, delays
+
+
+def _spawn_appender(root: str, name: str) -> subprocess.Popen[str]:
+    code = (
+        "import sys, time\n"
+        "from journal import LocalJournalStore\n"
+        f"s = LocalJournalStore({root!r})\n"
+        "for line in sys.stdin:\n"
+        f"    s.append({name!r}, line.encode()).result()\n"
+        "    print(time.time(), flush=True)\n"
+        "s.close()\n"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+
+
+@pytest.mark.parametrize("inotify", [True, False], ids=["inotify", "polling"])
+def test_blocking_reader_follows_another_process(tmp_path: Path, inotify: bool) -> None:
+    """Appends of another process reach a following reader promptly, with inotify or by polling."""
+    root = str(tmp_path / "root")
+    with LocalJournalStore(root) as s:
+        s.create("xproc", NDJSON)
+        if not inotify:
+            s._watcher._inotify_failed = True
+        proc = _spawn_appender(root, "xproc")
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            with s.read("xproc", block=True) as r:
+                delays = []
+                for i in range(5):
+                    proc.stdin.write(f"line {i}\n")
+                    proc.stdin.flush()
+                    got = r.read(100)
+                    seen = time.time()
+                    resolved = float(proc.stdout.readline())
+                    assert got == f"line {i}\n".encode()
+                    delays.append(seen - resolved)
+        finally:
+            proc.stdin.close()
+            proc.wait(10)
+            proc.stdout.close()
+        assert (s._watcher._inotify is not None) is inotify
+    assert max(delays) < 0.1, delays
+
+
+def test_blocked_reader_does_not_spin(store: LocalJournalStore) -> None:
+    """A reader blocked on a quiet journal uses next to no CPU."""
+    store.create("quiet", NDJSON)
+    r = store.read("quiet", block=True)
+    t = threading.Thread(target=r.read, args=(10,))
+    t.start()
+    time.sleep(0.05)
+    cpu0 = time.thread_time(), time.process_time()
+    time.sleep(0.5)
+    used = time.process_time() - cpu0[1]
+    r.close()
+    t.join(5)
+    assert not t.is_alive()
+    assert used < 0.1, used
+
+
+def test_many_readers_follow_concurrently(store: LocalJournalStore) -> None:
+    """Several following readers each receive every byte appended while they wait."""
+    store.create("fan", NDJSON)
+    parts = _lines(50)
+    total = sum(map(len, parts))
+    results: list[bytes] = []
+    lock = threading.Lock()
+
+    def follow() -> None:
+        got = bytearray()
+        with store.read("fan", 0, total, block=True) as r:
+            while chunk := r.read(64):
+                got += chunk
+        with lock:
+            results.append(bytes(got))
+
+    threads = [threading.Thread(target=follow) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for p in parts:
+        store.append("fan", p)
+    for t in threads:
+        t.join(20)
+    assert results == [b"".join(parts)] * 6
+
+
+def test_reader_of_deleted_journal_raises(store: LocalJournalStore) -> None:
+    """A reader of a deleted journal finishes its open file, then raises JournalNotFoundError."""
+    store.create("del", NDJSON)
+    store.append("del", b"x\n").result()
+    with store.read("del") as r:
+        assert r.read(1) == b"x"
+        store.delete("del")
+        assert r.read(1) == b"\n"
+        with pytest.raises(JournalNotFoundError):
+            r.read(1)
