@@ -355,8 +355,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from pipeline.demo import run_demo
+    from exactly._quickdemo import run_quick_demo
 
+    if args.quick:
+        return run_quick_demo(Path(args.store), sys.stdout)
+    try:
+        from pipeline.demo import run_demo
+    except ImportError as exc:  # the spark extra is not installed
+        print(f"the Spark pipeline is not available ({exc}); running the sequencing demo. "
+              "Install the spark extra for the whole pipeline.", file=sys.stderr)
+        return run_quick_demo(Path(args.store), sys.stdout)
     return int(run_demo(Path(args.store)) or 0)
 
 
@@ -429,6 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="run the demo pipeline end to end on a local store")
     d.add_argument("--store", default="demo-store", help="store directory (default ./demo-store)")
+    d.add_argument("--quick", action="store_true",
+                   help="only the sequencing demo: no Spark, a few seconds")
     d.set_defaults(func=cmd_demo)
 
     b = sub.add_parser("bench", help="run the benchmarks and print a table")

@@ -123,3 +123,14 @@ def test_inspect_checkpoint_file(tmp_path: Path) -> None:
         doc = json.loads(ok(tmp_path, "inspect", "--checkpoint", str(tmp_path / name)))
         assert doc["offsets"] == {"a/b": 42}
         assert doc["states"][0]["producer"] == "010101010101"
+
+
+def test_quick_demo_is_exactly_once(tmp_path: Path) -> None:
+    """exactly demo --quick publishes through faults and reads each message once."""
+    r = subprocess.run(
+        [sys.executable, "-m", "exactly", "demo", "--quick", "--store", str(tmp_path / "d")],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "exactly once:     yes" in r.stdout
+    assert "replays" in r.stdout and "with 0 replays" not in r.stdout
