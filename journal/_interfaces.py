@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import builtins
 from concurrent.futures import Future
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
 
@@ -148,6 +148,11 @@ class JournalStore(JournalClient, Protocol):
 
     def head(self, name: str) -> int:
         """The journal's committed end offset (the offset of the next append)."""
+        ...
+
+    def offset_since(self, name: str, when: float | datetime) -> int:
+        """An offset from which a replay sees everything appended since
+        ``when`` (epoch seconds or a datetime), possibly a little more."""
         ...
 
     def trim(

@@ -26,7 +26,7 @@ import threading
 import time
 import weakref
 from concurrent.futures import Future
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Final, Self, final
 
@@ -124,6 +124,8 @@ class LocalJournalStore:
         self._verified: dict[tuple[int, int, int, int], None] = {}
         self._closed = False
         _STORES.add(self)
+        # A store dropped without close() must not leave its inotify thread behind.
+        weakref.finalize(self, self._watcher.close)
 
     def __repr__(self) -> str:
         return f"LocalJournalStore({self.root!r})"
@@ -245,10 +247,13 @@ class LocalJournalStore:
         fd = open_commit(jd)
         try:
             while True:
-                rec = read_record(jd, fd)
+                before = read_record(jd, fd)
                 listing = scan(jd)
-                if read_record(jd, fd) == rec:
-                    break  # No commit or seal while we listed.
+                rec = read_record(jd, fd)
+                # Commits only move the end; a seal moves the open fragment's
+                # begin, and then the listing may miss the new sealed file.
+                if rec.begin == before.begin:
+                    break
         finally:
             os.close(fd)
         out = [f for f in listing.sealed if f.end <= rec.end]
@@ -258,6 +263,19 @@ class LocalJournalStore:
                 mtime = os.stat(path).st_mtime
                 out.append(Fragment(name, rec.begin, rec.end, path, False, mtime))
         return out
+
+    def offset_since(self, name: str, when: float | datetime) -> int:
+        """Where to replay from to see everything written since ``when``.
+
+        The begin offset of the first fragment last written at or after
+        ``when`` (seconds since the epoch, or a datetime), else the committed
+        end. Like Gazette's ``begin_mod_time``, it works at fragment
+        granularity, so the replay may start somewhat before ``when``."""
+        cutoff = when.timestamp() if isinstance(when, datetime) else float(when)
+        for f in self.fragments(name):
+            if f.mtime >= cutoff:
+                return f.begin
+        return self.head(name)
 
     def trim(
         self,
@@ -360,22 +378,32 @@ class LocalJournalStore:
             data = bytes(data)  # A caller's bytearray may change after we return.
         if len(data) > self.max_append_size:
             raise AppendTooLargeError(name, len(data), self.max_append_size)
+        while True:
+            try:
+                return self._writer(name).submit(data)
+            except JournalClosedError:
+                if self._closed:
+                    raise
+                # The writer was retired by a concurrent delete(): look again.
+
+    def _writer(self, name: str) -> JournalWriter:
         with self._lock:
             self._check_open()
             writer = self._writers.get(name)
-        if writer is None:
-            jd = self._dir(name)
-            if not os.path.exists(jd.spec_path):
-                raise JournalNotFoundError(name)
-            watch = self._watcher.get(jd.path)
-            with self._lock:
-                self._check_open()
-                writer = self._writers.get(name)
-                if writer is None:
-                    writer = self._writers[name] = JournalWriter(
-                        jd, fragment_size=self.fragment_size, on_commit=watch.notify
-                    )
-        return writer.submit(data)
+        if writer is not None:
+            return writer
+        jd = self._dir(name)
+        if not os.path.exists(jd.spec_path):
+            raise JournalNotFoundError(name)
+        watch = self._watcher.get(jd.path)
+        with self._lock:
+            self._check_open()
+            writer = self._writers.get(name)
+            if writer is None:
+                writer = self._writers[name] = JournalWriter(
+                    jd, fragment_size=self.fragment_size, on_commit=watch.notify
+                )
+            return writer
 
     def read(
         self, name: str, offset: int = 0, end_offset: int | None = None, *, block: bool = False
@@ -487,6 +515,7 @@ class LocalJournalStore:
         self._writers = {}
         self._watcher.forget_after_fork()
         self._watcher = Watcher()
+        weakref.finalize(self, self._watcher.close)
 
 
 def _initial_record() -> bytes:

@@ -14,7 +14,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Final, Self, final
 
@@ -96,6 +96,14 @@ class MemoryJournalClient:
         j = self._journal(name)
         with j.cond:
             return j.head
+
+    def offset_since(self, name: str, when: float | datetime) -> int:
+        """The begin of the first append made at or after ``when``, else the head."""
+        cutoff = when.timestamp() if isinstance(when, datetime) else float(when)
+        j = self._journal(name)
+        with j.cond:
+            i = bisect.bisect_left(j.times, cutoff)
+            return j.begins[i] if i < len(j.begins) else j.head
 
     def trim(
         self,

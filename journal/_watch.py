@@ -180,7 +180,8 @@ class Watcher:
                 w.cond.notify_all()
         if thread is not None:
             os.write(self._wake_w, b"x")
-            thread.join()
+            if thread is not threading.current_thread():  # E.g. a finalizer run by GC there.
+                thread.join()
         with self._lock:
             if self._inotify is not None:
                 self._inotify.close()
@@ -199,6 +200,11 @@ class Watcher:
                 os.close(fd)
         if self._inotify is not None:
             os.close(self._inotify.fd)
+        # Never touch those descriptor numbers again: they may be reused.
+        self._wake_r = self._wake_w = -1
+        self._inotify = None
+        self._thread = None
+        self._closed = True
 
     # Internals (called with self._lock held) ----------------------------
 

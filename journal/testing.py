@@ -424,6 +424,23 @@ def check_trim_older_than(factory: StoreFactory) -> None:
             store.trim("j/age")
 
 
+def check_offset_since(factory: StoreFactory) -> None:
+    """offset_since(t) is an offset from which a replay sees every append made since t."""
+    with _store(factory) as store:
+        store.create("j/since", _NDJSON)
+        for i in range(20):
+            store.append("j/since", b"%031d\n" % i)
+        store.flush(timeout=10)
+        time.sleep(0.05)
+        when = time.time()
+        time.sleep(0.05)
+        late = store.append("j/since", b"late\n").result(timeout=10)
+        start = store.offset_since("j/since", when)
+        _true(start <= late.begin, "the replay includes the late append")
+        _eq(store.offset_since("j/since", 0), 0, "everything is since the epoch")
+        _eq(store.offset_since("j/since", time.time() + 60), late.end, "nothing from the future")
+
+
 def check_errors_are_journal_errors(factory: StoreFactory) -> None:
     """Every error the store raises on purpose is a JournalError."""
     with _store(factory) as store:
@@ -452,6 +469,7 @@ CONFORMANCE_CHECKS: Final[tuple[Callable[[StoreFactory], None], ...]] = (
     check_reader_of_deleted_journal,
     check_trim_before_offset,
     check_trim_older_than,
+    check_offset_since,
     check_errors_are_journal_errors,
 )
 
