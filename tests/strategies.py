@@ -112,28 +112,34 @@ JOURNALS = ("test/one", "test/two", "test/three")
 
 
 @st.composite
-def chaos_workloads(draw: st.DrawFn, max_size: int = 30, max_journals: int = 2) -> Workload:
-    """Arbitrary envelopes: 3 producers, clocks 0..9, any flags, 1..max_journals journals."""
+def chaos_workloads(draw: st.DrawFn, max_size: int = 40, max_journals: int = 2) -> Workload:
+    """Arbitrary envelopes over 1..max_journals journals: 3 producers (and nil UUIDs) whose
+    clocks mostly rise but also repeat and fall back (to 0 at worst), with any flags."""
     n_journals = draw(st.integers(1, max_journals))
     ops = draw(
         st.lists(
             st.tuples(
                 st.integers(0, n_journals - 1),
-                st.integers(0, 3),  # 3 means the nil UUID.
-                st.integers(0, 9),
-                st.sampled_from((OUTSIDE, CONTINUE, CONTINUE, CONTINUE, ACK, ACK, 3, 0x100)),
+                st.sampled_from((0, 0, 0, 1, 1, 2, 3)),  # 3 means the nil UUID.
+                st.sampled_from((-4, -2, -1, 0, 1, 1, 1, 1, 2, 3)),
+                st.sampled_from(
+                    (OUTSIDE, CONTINUE, CONTINUE, CONTINUE, CONTINUE, ACK, ACK, 3, 0x100)
+                ),
             ),
+            min_size=min(8, max_size),
             max_size=max_size,
         )
     )
     gen = EnvelopeGenerator()
+    clocks = [4, 4, 4]
     envs, notes = [], []
-    for j, p, clock, flags in ops:
+    for j, p, delta, flags in ops:
         journal = JOURNALS[j]
         if p == 3:
             envs.append(gen.nil(journal))
             notes.append(f"{journal} nil")
         else:
+            clocks[p] = clock = max(0, clocks[p] + delta)
             envs.append(gen(producer(p), clock, flags, journal))
             notes.append(f"{journal} p{p} clock={clock} flags={flags:#x}")
     return Workload(envs, list(JOURNALS[:n_journals]), notes)
@@ -162,10 +168,18 @@ class _Producer:
 
 _ACTIONS = (
     "committed",
+    "committed",
+    "uncommitted",
+    "uncommitted",
+    "uncommitted",
     "uncommitted",
     "uncommitted",
     "uncommitted",
     "commit",
+    "commit",
+    "commit",
+    "write_intent",
+    "write_intent",
     "write_intent",
     "write_intent",
     "rollback",
@@ -183,7 +197,7 @@ _ACTIONS = (
 
 
 @st.composite
-def publisher_workloads(draw: st.DrawFn, max_steps: int = 40, max_journals: int = 3) -> Workload:
+def publisher_workloads(draw: st.DrawFn, max_steps: int = 50, max_journals: int = 3) -> Workload:
     """Envelopes written by simulated publishers, with the faults SPEC describes."""
     n_journals = draw(st.integers(1, max_journals))
     n_producers = draw(st.integers(1, 3))
@@ -195,6 +209,7 @@ def publisher_workloads(draw: st.DrawFn, max_steps: int = 40, max_journals: int 
                 st.integers(0, n_journals - 1),
                 st.integers(0, 2**16),
             ),
+            min_size=min(15, max_steps),
             max_size=max_steps,
         )
     )
