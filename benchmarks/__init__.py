@@ -8,5 +8,6 @@ and list its module name in ``BENCHMARKS``.
 
 BENCHMARKS: tuple[str, ...] = (
     "bench_sequencer",
+    "bench_journal_io",
     # Module names under ``benchmarks``, run in this order.
 )
