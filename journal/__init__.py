@@ -1,4 +1,4 @@
-"""At-least-once journals: append-only byte streams with byte offsets.
+r"""At-least-once journals: append-only byte streams with byte offsets.
 
 A journal has a name (``examples/events/part-000``), labels (its
 ``content-type`` chooses the framing of its messages) and content that only
@@ -11,13 +11,14 @@ Two implementations of the ``JournalStore`` protocol ship here:
 docs/journal-store.md) and ``MemoryJournalClient`` (for tests).
 ``journal.testing`` holds the conformance checks every implementation passes.
 
-    from journal import LocalJournalStore
-
-    with LocalJournalStore("/tmp/journals") as store:
-        store.create("events/part-000", {"content-type": "application/x-ndjson"})
-        result = store.append("events/part-000", b'{"n": 1}\\n').result()
-        with store.read("events/part-000", offset=result.begin) as r:
-            assert r.read() == b'{"n": 1}\\n'
+>>> import tempfile
+>>> from journal import LocalJournalStore
+>>> with tempfile.TemporaryDirectory() as root, LocalJournalStore(root) as store:
+...     spec = store.create("events/part-000", {"content-type": "application/x-ndjson"})
+...     result = store.append("events/part-000", b'{"n": 1}\n').result()
+...     with store.read("events/part-000", offset=result.begin) as reader:
+...         print(result, reader.read())
+AppendResult(journal='events/part-000', begin=0, end=9) b'{"n": 1}\n'
 """
 
 from ._errors import AppendTooLargeError as AppendTooLargeError
