@@ -1,0 +1,131 @@
+"""Ready-made message types: each carries its UUID through its framing."""
+
+from __future__ import annotations
+
+import io
+import uuid
+from dataclasses import dataclass, field
+
+import pytest
+
+from framing import framing_by_content_type
+from message import (
+    NIL_UUID,
+    CSVRecord,
+    DataclassMessage,
+    Flags,
+    JsonDocument,
+    build_uuid,
+    document_type,
+    get_clock,
+    new_producer_id,
+    proto_message_type,
+    sortable_uuid,
+)
+from proto import examples_pb2
+
+U = build_uuid(new_producer_id(), 0x1EF0123456789ABC, Flags.CONTINUE_TXN)
+
+
+def round_trip(content_type: str, msg, empty):
+    f = framing_by_content_type(content_type)
+    frame = f.marshal(msg)
+    f.new_unmarshal_func(io.BufferedReader(io.BytesIO(frame)))(empty)
+    return empty
+
+
+def test_json_document_default_and_custom_paths() -> None:
+    """JsonDocument keeps the UUID at _meta/uuid; document_type puts it elsewhere."""
+    d = JsonDocument(page="/")
+    assert d.get_uuid() == NIL_UUID
+    d.set_uuid(U)
+    assert d == {"page": "/", "_meta": {"uuid": str(U)}}
+    back = round_trip("application/x-ndjson", d, JsonDocument())
+    assert back.get_uuid() == U and back["page"] == "/"
+    flat = document_type("id")
+    f = flat(x=1)
+    f.set_uuid(U)
+    assert f == {"x": 1, "id": str(U)} and f.get_uuid() == U
+    deep = document_type("a/b/c")
+    g = deep()
+    g.set_uuid(U)
+    assert g["a"]["b"]["c"] == str(U) and g.get_uuid() == U
+    assert isinstance(d.new_acknowledgement("j"), JsonDocument)
+    assert type(f.new_acknowledgement("j")) is flat
+    with pytest.raises(ValueError):
+        document_type("/")
+
+
+@pytest.mark.parametrize(
+    "value", [None, 7, "not-a-uuid", "", {"uuid": 1}, "zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz"]
+)
+def test_json_document_bad_uuid_is_nil(value) -> None:
+    """A document whose UUID slot holds something else reads as the nil UUID."""
+    assert JsonDocument(_meta={"uuid": value}).get_uuid() == NIL_UUID
+    assert JsonDocument(_meta=value).get_uuid() == NIL_UUID
+
+
+def test_json_document_accepts_other_uuid_spellings() -> None:
+    """Braced, URN and hyphen-less UUID strings parse too."""
+    for text in ("{" + str(U) + "}", f"urn:uuid:{U}", U.hex, str(U).upper()):
+        assert JsonDocument(_meta={"uuid": text}).get_uuid() == U
+
+
+@dataclass
+class View(DataclassMessage):
+    page: str
+    count: int = 0
+    tags: list[str] = field(default_factory=list)
+    uuid: uuid.UUID = NIL_UUID
+
+
+def test_dataclass_message_round_trip_and_ack() -> None:
+    """A DataclassMessage round-trips its UUID through NDJSON; its ACK has defaults."""
+    v = View("/home", 3, ["a"])
+    v.set_uuid(U)
+    back = round_trip("application/x-ndjson", v, View(""))
+    assert back == v and back.get_uuid() == U
+    ack = v.new_acknowledgement("j")
+    assert ack == View("", 0, [], NIL_UUID)
+
+
+def test_csv_record() -> None:
+    """CSVRecord's first field is the UUID; fields with commas, quotes and newlines survive."""
+    r = CSVRecord(["", 'a,b', 'say "hi"', "two\nlines"])
+    r.set_uuid(U)
+    back = round_trip("text/csv", r, CSVRecord())
+    assert back == r and back.get_uuid() == U
+    assert CSVRecord().get_uuid() == NIL_UUID
+    empty = CSVRecord()
+    empty.set_uuid(U)
+    assert empty == [str(U)]
+    with pytest.raises(ValueError):
+        CSVRecord().unmarshal_csv(["not a uuid", "x"])
+
+
+@pytest.mark.parametrize("pb_class", [examples_pb2.PageView, examples_pb2.PageViewText])
+def test_proto_message_bytes_and_string_uuid_fields(pb_class) -> None:
+    """proto_message_type wraps a protobuf class whose uuid field is bytes or string."""
+    t = proto_message_type(pb_class)
+    m = t(session="s1", page="/p", duration_ms=12)
+    m.set_uuid(U)
+    raw = m.pb.uuid
+    assert raw == (U.bytes if isinstance(raw, bytes) else str(U))
+    back = round_trip("application/x-protobuf-fixed", m, t())
+    assert back == m and back.get_uuid() == U and back.pb.page == "/p"
+    assert t().get_uuid() == NIL_UUID
+    assert isinstance(m.new_acknowledgement("j"), t)
+    with pytest.raises(ValueError):
+        proto_message_type(pb_class, "session_missing")
+    with pytest.raises(ValueError):
+        proto_message_type(pb_class, "duration_ms")
+
+
+def test_sortable_uuid_orders_by_clock() -> None:
+    """The v6 form of message UUIDs sorts by clock, across producers."""
+    ids = [new_producer_id() for _ in range(5)]
+    us = [build_uuid(ids[i % 5], 0x1EF00000000000 + i * 7, i % 3) for i in range(50)]
+    v6 = [sortable_uuid(u) for u in us]
+    assert all(x.version == 6 for x in v6)
+    assert [v.bytes for v in v6] == sorted(v.bytes for v in v6)
+    assert [get_clock(u) for u in us] == sorted(get_clock(u) for u in us)
