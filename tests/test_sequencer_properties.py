@@ -56,7 +56,7 @@ BUFFERS = (0, 1, 2, 3, 5, 8, 4096)
 
 SETTINGS = settings(
     deadline=None,
-    max_examples=150,
+    max_examples=200,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
@@ -190,7 +190,7 @@ def mid_sequence_states(
     producer = decode(committing.message.get_uuid())[0]
     journal = committing.journal.name
     states = [s for s in before if (s.journal, bytes(s.producer)) != (journal, producer)]
-    begin = -1 if next_env is committing else next_env.begin
+    begin = -1 if key(next_env) == key(committing) else next_env.begin
     states.append(ProducerState(journal, producer, envelope_clock(next_env) - 1, begin))
     return states
 
