@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from collections import Counter
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, cast
 
 from journal import LocalJournalStore
 from message import (
@@ -61,7 +61,7 @@ def run_quick_demo(store: Path, out: TextIO) -> int:
         print(f"read uncommitted: {len(raw)} frames ({dict(kinds)})", file=out)
         it = ReadCommittedIter(client, JOURNAL, new, Sequencer(buffer=2))
         got = [
-            e.message["order"]
+            cast(JsonDocument, e.message)["order"]
             for e in it
             if get_flags(e.message.get_uuid()) != Flags.ACK_TXN
         ]

@@ -360,7 +360,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if args.quick:
         return run_quick_demo(Path(args.store), sys.stdout)
     try:
-        from pipeline.demo import run_demo
+        from pipeline.demo import run_demo  # type: ignore[import-not-found, unused-ignore]
     except ImportError as exc:  # the spark extra is not installed
         print(f"the Spark pipeline is not available ({exc}); running the sequencing demo. "
               "Install the spark extra for the whole pipeline.", file=sys.stderr)
@@ -460,7 +460,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except (UsageError, MessageError, FramingError, JournalError, ValueError, OSError) as exc:
         where = ""
-        if getattr(exc, "offset", None) is not None and getattr(exc, "journal", None):
-            where = f" (journal {exc.journal}, offset {exc.offset})"  # type: ignore[attr-defined]
+        journal, offset = getattr(exc, "journal", None), getattr(exc, "offset", None)
+        if journal and offset is not None and str(offset) not in str(exc):
+            where = f" (journal {journal}, offset {offset})"
         print(f"exactly: error: {exc}{where}", file=sys.stderr)
         return 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 from framing import FramingError, TruncatedFrameError, framing_by_content_type
@@ -93,7 +93,7 @@ class ReadUncommittedIter:
         self._reader = client.read(journal, offset, end_offset, block=block)
         self._gen = self._generate()
 
-    def _generate(self) -> Iterator[Envelope]:
+    def _generate(self) -> Generator[Envelope, None, None]:
         spec, new_message = self.spec, self._new_message
         unmarshal = self._framing.unmarshal_frame
         tracker = _OffsetTracker(self._reader)
@@ -203,7 +203,7 @@ class ReadCommittedIter:
         """Corrupt frames skipped (with ``skip_corrupt=True``)."""
         return self._uncommitted.skipped
 
-    def _generate(self) -> Iterator[Envelope]:
+    def _generate(self) -> Generator[Envelope, None, None]:
         seq = self.sequencer
         queue, deque_committed = seq.queue_uncommitted, seq.deque_committed
         for env in self._uncommitted:
