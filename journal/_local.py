@@ -379,12 +379,18 @@ class LocalJournalStore:
         if len(data) > self.max_append_size:
             raise AppendTooLargeError(name, len(data), self.max_append_size)
         while True:
+            # Lock-free fast path: a dict lookup is atomic, and a writer that
+            # is stopped (store closed, journal deleted) refuses the append.
+            writer = self._writers.get(name)
+            if writer is None:
+                writer = self._writer(name)
             try:
-                return self._writer(name).submit(data)
+                return writer.submit(data)
             except JournalClosedError:
-                if self._closed:
-                    raise
+                self._check_open()
                 # The writer was retired by a concurrent delete(): look again.
+                if self._writers.get(name) is writer:
+                    raise
 
     def _writer(self, name: str) -> JournalWriter:
         with self._lock:

@@ -21,10 +21,8 @@ import fcntl
 import logging
 import os
 import threading
-from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Final
 
 from ._errors import JournalClosedError, JournalError
@@ -55,11 +53,8 @@ IDLE_EXIT_SECONDS: Final = 5.0
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 
 
-@dataclass(slots=True)
-class _Pending:
-    data: bytes
-    future: Future[AppendResult]
-    seq: int
+# One queued append: its bytes and its future.
+_Pending = tuple[bytes, "Future[AppendResult]"]
 
 
 class JournalWriter:
@@ -71,8 +66,12 @@ class JournalWriter:
         self.jd = jd
         self._fragment_size = fragment_size
         self._on_commit = on_commit
-        self._cond = threading.Condition()
-        self._queue: deque[_Pending] = deque()
+        # A plain Lock: append() takes it once per call, and a Condition's
+        # own `with` is far slower. The conditions share it for waiting.
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)  # The idle writer waits here.
+        self._done = threading.Condition(self._lock)  # flush() waits here.
+        self._queue: list[_Pending] = []
         self._thread: threading.Thread | None = None
         self._idle = False
         self._stopping = False
@@ -80,6 +79,7 @@ class JournalWriter:
         self._resolved = 0  # Appends resolved so far, in queue order.
         self._failures: list[tuple[int, BaseException]] = []
         # Touched only by the writer thread (or after it stopped).
+        self._taken = 0  # Appends handed to batches so far.
         self._lock_fd: int | None = None
         self._commit_fd: int | None = None
         self._open_fd: int | None = None
@@ -89,23 +89,23 @@ class JournalWriter:
 
     def submit(self, data: bytes) -> Future[AppendResult]:
         fut: Future[AppendResult] = Future()
-        with self._cond:
+        with self._lock:
             if self._stopping:
                 raise JournalClosedError(f"writer of {self.jd.name!r}")
             self._issued += 1
-            self._queue.append(_Pending(data, fut, self._issued))
+            self._queue.append((data, fut))
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name=f"journal-writer:{self.jd.name}", daemon=True
                 )
                 self._thread.start()
             elif self._idle:
-                self._cond.notify()
+                self._wakeup.notify()
         return fut
 
     @property
     def issued(self) -> int:
-        with self._cond:
+        with self._lock:
             return self._issued
 
     def wait(
@@ -113,7 +113,7 @@ class JournalWriter:
     ) -> list[BaseException]:
         """Wait until appends up to ``seq`` are resolved; return (and forget)
         the failures among them. Raises ``TimeoutError`` past ``deadline``."""
-        with self._cond:
+        with self._lock:
             while self._resolved < seq:
                 remaining = None if deadline is None else deadline - clock()
                 if remaining is not None and remaining <= 0:
@@ -121,20 +121,20 @@ class JournalWriter:
                         f"flush of {self.jd.name!r} timed out with"
                         f" {seq - self._resolved} append(s) pending"
                     )
-                self._cond.wait(remaining)
+                self._done.wait(remaining)
             failed = [e for s, e in self._failures if s <= seq]
             self._failures = [(s, e) for s, e in self._failures if s > seq]
         return failed
 
     def stop(self) -> None:
         """Finish every queued append, then stop the thread and close files."""
-        with self._cond:
+        with self._lock:
             self._stopping = True
-            self._cond.notify_all()
+            self._wakeup.notify_all()
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
-        with self._cond:
+        with self._lock:
             if self._thread is None:
                 self._close_files()
 
@@ -149,45 +149,56 @@ class JournalWriter:
     # The writer thread -----------------------------------------------------
 
     def _run(self) -> None:
+        # Appends taken from the queue, oldest first; handled in batches of at
+        # most MAX_BATCH_BYTES so that early futures resolve without waiting
+        # for a whole backlog. Taking the queue whole keeps append() cheap.
+        backlog: list[_Pending] = []
+        pos = 0
         while True:
-            with self._cond:
-                while not self._queue:
-                    if self._stopping:
-                        self._close_files()
-                        self._thread = None
-                        self._cond.notify_all()
-                        return
-                    self._idle = True
-                    notified = self._cond.wait(IDLE_EXIT_SECONDS)
-                    self._idle = False
-                    if not notified and not self._queue and not self._stopping:
-                        self._close_files()
-                        self._thread = None
-                        return
-                batch: list[_Pending] = []
-                size = 0
-                while self._queue and (
-                    not batch or size + len(self._queue[0].data) <= MAX_BATCH_BYTES
-                ):
-                    p = self._queue.popleft()
-                    batch.append(p)
-                    size += len(p.data)
-            # An append cancelled before its batch started is not written.
-            live = [p for p in batch if p.future.set_running_or_notify_cancel()]
-            outcomes = self._write_batch(live) if live else []
-            failures: list[tuple[int, BaseException]] = []
-            for p, outcome in zip(live, outcomes, strict=True):
-                if isinstance(outcome, BaseException):
-                    p.future.set_exception(outcome)
-                    failures.append((p.seq, outcome))
-                else:
-                    p.future.set_result(outcome)
-            with self._cond:
-                self._resolved += len(batch)
-                self._failures.extend(failures)
-                self._cond.notify_all()
-            if len(failures) < len(live):
-                self._on_commit()
+            if pos == len(backlog):
+                with self._lock:
+                    while not self._queue:
+                        if self._stopping:
+                            self._close_files()
+                            self._thread = None
+                            return
+                        self._idle = True
+                        notified = self._wakeup.wait(IDLE_EXIT_SECONDS)
+                        self._idle = False
+                        if not notified and not self._queue and not self._stopping:
+                            self._close_files()
+                            self._thread = None
+                            return
+                    backlog, self._queue = self._queue, []
+                pos = 0
+            end, size = pos, 0
+            while end < len(backlog) and (
+                end == pos or size + len(backlog[end][0]) <= MAX_BATCH_BYTES
+            ):
+                size += len(backlog[end][0])
+                end += 1
+            self._process(backlog[pos:end])
+            pos = end
+
+    def _process(self, batch: list[_Pending]) -> None:
+        first_seq = self._taken + 1
+        self._taken += len(batch)
+        # An append cancelled before its batch started is not written.
+        live = [(i, p) for i, p in enumerate(batch) if p[1].set_running_or_notify_cancel()]
+        outcomes = self._write_batch([p for _, p in live]) if live else []
+        failures: list[tuple[int, BaseException]] = []
+        for (i, (_, fut)), outcome in zip(live, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                fut.set_exception(outcome)
+                failures.append((first_seq + i, outcome))
+            else:
+                fut.set_result(outcome)
+        with self._lock:
+            self._resolved += len(batch)
+            self._failures.extend(failures)
+            self._done.notify_all()
+        if len(failures) < len(live):
+            self._on_commit()
 
     def _write_batch(self, batch: list[_Pending]) -> list[AppendResult | BaseException]:
         out: list[AppendResult | BaseException] = []
@@ -205,7 +216,7 @@ class JournalWriter:
                 room = self._fragment_size - self._committed()
                 j, size = i, 0
                 while j < len(batch) and (j == i or size < room):
-                    size += len(batch[j].data)
+                    size += len(batch[j][0])
                     j += 1
                 out.extend(self._commit(batch[i:j]))
                 i = j
@@ -261,7 +272,7 @@ class JournalWriter:
     def _commit(self, chunk: list[_Pending]) -> list[AppendResult | BaseException]:
         rec = self._rec
         assert rec is not None and self._commit_fd is not None
-        data = b"".join(p.data for p in chunk)
+        data = b"".join([p[0] for p in chunk])
         if data:
             created = self._open_fd is None
             if created:
@@ -277,9 +288,11 @@ class JournalWriter:
             write_record(self._commit_fd, self._rec)
         out: list[AppendResult | BaseException] = []
         pos = rec.end
+        name = self.jd.name
         for p in chunk:
-            out.append(AppendResult(self.jd.name, pos, pos + len(p.data)))
-            pos += len(p.data)
+            n = len(p[0])
+            out.append(AppendResult(name, pos, pos + n))
+            pos += n
         return out
 
     def _seal(self) -> None:
