@@ -9,5 +9,6 @@ and list its module name in ``BENCHMARKS``.
 BENCHMARKS: tuple[str, ...] = (
     "bench_sequencer",
     "bench_journal_io",
+    "bench_journal",
     # Module names under ``benchmarks``, run in this order.
 )
