@@ -65,9 +65,7 @@ class _Partial:
 class _Replay:
     """A committed span that must be (partly) re-read before it is emitted."""
 
-    __slots__ = (
-        "ack", "begin", "emitted", "end", "it", "journal", "producer", "running", "tail"
-    )
+    __slots__ = ("ack", "begin", "end", "it", "journal", "producer", "running", "tail")
 
     def __init__(
         self, p: _Partial, ack: int, end: int, tail: list[tuple[int, Envelope]]
@@ -80,7 +78,6 @@ class _Replay:
         self.ack = ack
         self.tail = tail  # (clock, envelope) of the span's part still in the ring
         self.it: Iterator[Envelope] | None = None
-        self.emitted: Envelope | None = None  # the last envelope it emitted
 
 
 def _horizon_units(horizon: float | datetime.timedelta) -> int:
@@ -114,7 +111,6 @@ class Sequencer:
         "_owners",
         "_partials",
         "_replay",
-        "_replayed_last",
         "_ring",
         "_size",
     )
@@ -138,8 +134,7 @@ class Sequencer:
         self._replay: _Replay | None = None
         # The sequence being dequeued: (partial, committing envelope, and the
         # partial's last_ack and begin before the commit). See checkpoint_states.
-        self._inflight: tuple[_Partial | None, Envelope, int, int] | None = None
-        self._replayed_last: Envelope | None = None
+        self._inflight: tuple[_Partial | None, Envelope] | None = None
 
     @property
     def buffer(self) -> int:
@@ -228,8 +223,7 @@ class Sequencer:
             self._out = [env]
             self._out_n = 1
             self._out_pos = 0
-            self._inflight = (None, env, 0, -1)
-            self._replayed_last = None
+            self._inflight = (None, env)
             return True
         if owner is p:
             if flags == _CONTINUE:
@@ -240,9 +234,7 @@ class Sequencer:
             self._out = [env]
             self._out_n = 1
         self._out_pos = 0
-        self._inflight = (p, env, p.last_ack, p.begin)
-        if self._replay is None:
-            self._replayed_last = None
+        self._inflight = (p, env)
         p.last_ack = p.max_clock = clock
         p.begin = -1
         p.ring_start = p.ring_stop = -1
@@ -283,7 +275,6 @@ class Sequencer:
             idx = nxt[idx]
         self._out = []
         self._out_n = 0
-        self._replayed_last = None
         self._replay = _Replay(p, ack, first.begin, tail)
 
     # -- dequeuing --------------------------------------------------------
@@ -308,7 +299,6 @@ class Sequencer:
             return env
         # The replay is done: the rest of the span is in the ring.
         self._replay = None
-        self._replayed_last = r.emitted
         running, ack = r.running, r.ack
         out = []
         last = len(r.tail) - 1
@@ -357,7 +347,6 @@ class Sequencer:
                 r.running = clock
                 if clock > r.ack:
                     continue  # written after the ACK was decided: not committed
-                r.emitted = env
                 return env
             r.it = None
             raise ReplayError(problem, journal=r.journal, begin=r.begin, end=r.end)
@@ -444,16 +433,17 @@ class Sequencer:
         where reading must resume: the offset of the envelope that committed
         the sequence.
 
-        The states then describe the sequence as not yet committed, with
-        ``last_ack`` at the last dequeued message and ``begin`` just after it,
-        so that re-reading the committing envelope replays exactly the part
-        not yet dequeued.
+        The states then describe the sequence as not yet committed: its
+        producer's ``last_ack`` is just below the next message to dequeue and
+        ``begin`` is that message's offset (mid-replay: the largest clock seen
+        and the replay's position), so that re-reading the committing
+        envelope replays exactly the part not yet dequeued.
         """
         drained = self._out_pos >= self._out_n and self._replay is None
         inflight = self._inflight
         if drained or inflight is None:
             return self.producer_states(prune_horizon), None
-        p, commit, old_last_ack, old_begin = inflight
+        p, commit = inflight
         self._prune(prune_horizon, p)
         states = [
             ProducerState(q.journal, q.producer.to_bytes(6, "big"), q.last_ack, q.begin)
@@ -461,21 +451,21 @@ class Sequencer:
             if q is not p
         ]
         if p is not None:
-            emitted: Envelope | None
-            if self._replay is not None:
-                emitted = self._replay.emitted
-            elif self._out_pos:
-                emitted = self._out[self._out_pos - 1]
+            ack = p.last_ack  # the committing envelope's clock
+            r = self._replay
+            if r is not None:
+                # Replaying: everything of the span up to r.begin is consumed,
+                # and r.running is the largest clock seen in it.
+                last_ack, begin = r.running, r.begin
             else:
-                emitted = self._replayed_last
-            if emitted is None:
-                last_ack, begin = old_last_ack, old_begin
-            else:
-                last_ack = get_clock(emitted.message.get_uuid())
-                if last_ack >= p.last_ack:
-                    # A span message with the ACK's own clock: step below it
-                    # so that the re-read ACK still commits.
-                    last_ack = p.last_ack - 1
-                begin = emitted.end
+                # The rest is self._out[pos:]: resume just before its first.
+                nxt = self._out[self._out_pos]
+                last_ack, begin = get_clock(nxt.message.get_uuid()) - 1, nxt.begin
+                if nxt is commit:
+                    begin = -1
+            if last_ack >= ack:
+                # Nothing of the span is left to emit, only the committing
+                # envelope: keep its clock above last_ack so it commits again.
+                last_ack, begin = ack - 1, -1
             states.append(ProducerState(p.journal, p.producer.to_bytes(6, "big"), last_ack, begin))
         return states, (commit.journal.name, commit.begin)
