@@ -342,6 +342,7 @@ def seal(jd: JournalDir, commit_fd: int, open_fd: int, rec: CommitRecord) -> Com
     name, then record that the next open fragment begins at ``rec.end``.
 
     A crash between the two leaves a consistent journal (``recover`` finishes)."""
+    truncate_garbage(open_fd, rec)  # The sealed file must hold exactly its content.
     sha = fragment_sha1(open_fd, rec.end - rec.begin)
     os.rename(jd.file(open_name(rec.begin)), jd.file(sealed_name(rec.begin, rec.end, sha)))
     fsync_dir(jd.path)

@@ -142,7 +142,12 @@ class LocalJournalStore:
         spec.validate()
         jd = self._dir(name)
         self._check_open()
-        os.makedirs(jd.path, exist_ok=True)
+        try:
+            os.makedirs(jd.path, exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as err:
+            raise JournalError(
+                f"cannot create journal {name!r}: {err.filename} is not a directory"
+            ) from err
         fd = open_lock(jd, create=True)
         try:
             if os.path.exists(jd.spec_path):

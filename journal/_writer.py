@@ -279,6 +279,9 @@ class JournalWriter:
                 self._open_fd = os.open(
                     open_fragment_path(self.jd, rec), os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o644
                 )
+                # The file may exist already, holding only the uncommitted
+                # bytes of a writer that died: cut them.
+                truncate_garbage(self._open_fd, rec)
             assert self._open_fd is not None
             write_all(self._open_fd, data, rec.end - rec.begin)
             os.fdatasync(self._open_fd)

@@ -16,7 +16,7 @@ journal, and after every kill checks, with a fresh store, that:
 The next child to append recovers the journal on its own. Following readers
 are killed as well, and must disturb nothing.
 
-``JOURNAL_CRASH_ITERATIONS`` (default 24) sets the number of kill rounds.
+``JOURNAL_CRASH_ITERATIONS`` (default 40) sets the number of kill rounds.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from tests.journal_child import decode_records
 
 CHILD: Final = str(Path(__file__).with_name("journal_child.py"))
 REPO: Final = str(Path(__file__).resolve().parent.parent)
-ITERATIONS: Final = int(os.environ.get("JOURNAL_CRASH_ITERATIONS", "24"))
+ITERATIONS: Final = int(os.environ.get("JOURNAL_CRASH_ITERATIONS", "40"))
 # Small fragments, so that kills also land in the middle of seals.
 FRAGMENT_SIZE: Final = 2048
 JOURNAL: Final = "crash/test"

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -221,6 +222,23 @@ def test_crash_between_seal_rename_and_record_update(tmp_path: Path) -> None:
     assert _record(root, "seal")[1:] == (51, 53)
 
 
+def test_dead_writers_new_open_fragment_is_cut_before_reuse(tmp_path: Path) -> None:
+    """Garbage left in a new open fragment by a writer that died never ends up in a sealed one."""
+    root = tmp_path / "root"
+    with LocalJournalStore(root, fragment_size=10) as s:
+        s.create("reuse", NDJSON)
+        s.append("reuse", b"012345678\n").result()  # Fills and seals [0, 10).
+        # Another writer created the next open fragment, wrote, and died.
+        (root / "reuse" / open_name(10)).write_bytes(b"G" * 50)
+        # One batch creates the open fragment, fills it, and seals [10, 22).
+        s.append("reuse", b"abcdefghijk\n").result()
+        assert [(f.begin, f.end, f.sealed) for f in s.verify("reuse")] == [
+            (0, 10, True),
+            (10, 22, True),
+        ]
+        assert _read(s, "reuse") == b"012345678\nabcdefghijk\n"
+
+
 def test_half_deleted_journal_is_recreated_empty(tmp_path: Path) -> None:
     """Leftovers of a deletion interrupted after removing @spec.json do not leak into a new one."""
     root = tmp_path / "root"
@@ -392,7 +410,10 @@ def test_forked_child_can_use_the_parents_store(store: LocalJournalStore) -> Non
     """After fork, the child appends through the inherited store without the parent's threads."""
     store.create("fork", NDJSON)
     store.append("fork", b"parent\n").result()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # Python >= 3.12 warns about forking a process that has threads.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         code = 1
         with contextlib.suppress(BaseException):
