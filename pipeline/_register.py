@@ -1,0 +1,42 @@
+"""Registering the data source, and a local SparkSession set up for it."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``journal`` data source with ``spark``."""
+    from ._source import JournalDataSource
+
+    spark.dataSource.register(JournalDataSource)
+
+
+def local_session(
+    master: str = "local[2]", *, app: str = "exactly", conf: dict[str, Any] | None = None
+) -> SparkSession:
+    """A local SparkSession whose Python workers run this interpreter (the one
+    with this package installed), with the ``journal`` source registered."""
+    # Workers are started by the JVM: without this they would run whichever
+    # ``python3`` is first on PATH, which may lack this package.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+        .config("spark.ui.showConsoleProgress", "false")
+    )
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark

@@ -1,0 +1,337 @@
+"""The ``journal`` Python data source of PySpark: batch and streaming, read and write.
+
+Options (all strings, as Spark passes them):
+
+=====================  ==========================================================
+``root``               the journal store directory (required)
+``journal``            one journal, or
+``selector``           a label selector (``"app=clicks"``; ``prefix=a/`` matches names)
+``schema``             content columns: a DDL string (``"page string, n long"``) or a
+                       StructType's JSON; none with ``proto_class`` means all scalars
+``isolation``          ``read_committed`` (default) or ``read_uncommitted``
+``splits_per_journal`` tasks per journal (``auto``: one per 64 MiB, at most 8)
+``uuid_path``          NDJSON: where the UUID lives (default ``_meta/uuid``)
+``proto_class``        fixed protobuf: ``package.module.Class``; ``uuid_field`` its
+                       UUID field (default ``uuid``)
+``key``, ``mapping``,  writes to a selector: key column, ``modulo`` (default) or
+``hash``               ``rendezvous``, ``mmh3`` (default) or ``fnv1a``
+``sink_id``            streaming writes: the sink's identity (default: its target)
+``starting_offsets``   streaming reads: ``earliest`` (default) or ``latest``
+``prune_horizon``      streaming reads: forget producers idle this many seconds
+                       (default 86400) relative to a journal's newest
+``include_acks``       ``true`` (default): rows are exactly what a Sequencer emits,
+                       ACK_TXN messages included; ``false`` leaves them out
+=====================  ==========================================================
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    DataSourceStreamArrowWriter,
+    DataSourceStreamReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import StructType
+
+from journal import JournalSpec, LocalJournalStore
+
+from ._content import META_DDL, META_NAMES, ContentSpec, proto_content_ddl
+from ._scan import READ_COMMITTED, READ_UNCOMMITTED, read_journal
+from ._stream import Offset, empty_offset, encode_states, read_range, sequence_range, states_of
+from ._write import (
+    PublishedBatch,
+    Target,
+    abort_job,
+    commit_job,
+    commit_stream_batch,
+    iter_batches,
+    publish_rows,
+    recover,
+    sink_id_of,
+)
+
+SPLIT_BYTES: Final = 64 << 20
+MAX_SPLITS: Final = 8
+
+
+def content_ddl(options: Mapping[str, str]) -> str:
+    """The content columns named by the options, as DDL."""
+    schema = (options.get("schema") or "").strip()
+    if schema.startswith("{"):
+        st = StructType.fromJson(json.loads(schema))
+        return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in st.fields)
+    if not schema and options.get("proto_class"):
+        return proto_content_ddl(options["proto_class"], options.get("uuid_field", "uuid"))
+    return schema
+
+
+def content_spec(options: Mapping[str, str], schema: StructType) -> ContentSpec:
+    """The ContentSpec of the non-metadata columns of ``schema``."""
+    fields = [f for f in schema.fields if f.name not in META_NAMES]
+    arrow = to_arrow_schema(StructType(fields), timezone="UTC") if fields else pa.schema([])
+    path = tuple(p for p in options.get("uuid_path", "_meta/uuid").split("/") if p)
+    if not path:
+        raise ValueError("uuid_path must name at least one key")
+    return ContentSpec(
+        tuple((f.name, f.type) for f in arrow),
+        uuid_path=path,
+        proto_class=options.get("proto_class") or None,
+        uuid_field=options.get("uuid_field", "uuid"),
+    )
+
+
+def _root(options: Mapping[str, str]) -> str:
+    root = options.get("root")
+    if not root:
+        raise ValueError("the journal data source needs the option root (a store directory)")
+    return root
+
+
+def _journals(store: LocalJournalStore, options: Mapping[str, str]) -> list[JournalSpec]:
+    journal, selector = options.get("journal"), options.get("selector")
+    if (journal is None) == (selector is None):
+        raise ValueError("give exactly one of the options journal and selector")
+    if journal is not None:
+        return [store.get(journal)]
+    return store.list(selector or "")
+
+
+def _include_acks(options: Mapping[str, str]) -> bool:
+    value = options.get("include_acks", "true").lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"include_acks must be true or false, not {value!r}")
+    return value == "true"
+
+
+def _conform(batch: pa.RecordBatch, schema: pa.Schema, acks: bool = True) -> pa.RecordBatch:
+    """``batch`` with exactly the columns and types Spark expects (without
+    ACK_TXN rows unless ``acks``)."""
+    if not acks:
+        flags = batch.column(batch.schema.get_field_index("flags"))
+        batch = batch.filter(pc.not_equal(flags, 2))
+    cols = []
+    for f in schema:
+        col = batch.column(batch.schema.get_field_index(f.name))
+        cols.append(col if col.type == f.type else col.cast(f.type))
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+class JournalDataSource(DataSource):
+    """``spark.read.format("journal")`` / ``df.write.format("journal")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "journal"
+
+    def schema(self) -> str:
+        ddl = content_ddl(self.options)
+        return f"{META_DDL}, {ddl}" if ddl else META_DDL
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return JournalReader(dict(self.options), schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> JournalWriter:
+        return JournalWriter(dict(self.options), schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 -- Spark's name
+        return JournalStreamReader(dict(self.options), schema)
+
+    def streamWriter(  # noqa: N802 -- Spark's name
+        self, schema: StructType, overwrite: bool
+    ) -> JournalStreamWriter:
+        return JournalStreamWriter(dict(self.options), schema)
+
+
+# -- batch read ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Split(InputPartition):
+    """A task of a batch read: one producer bucket of a journal, up to ``end``."""
+
+    journal: str
+    end: int
+    bucket: int
+    buckets: int
+
+
+class JournalReader(DataSourceReader):
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.options = options
+        self.root = _root(options)
+        self.isolation = options.get("isolation", READ_COMMITTED).lower()
+        if self.isolation not in (READ_COMMITTED, READ_UNCOMMITTED):
+            raise ValueError(f"isolation must be {READ_COMMITTED} or {READ_UNCOMMITTED}")
+        self.content = content_spec(options, schema)
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        self.acks = _include_acks(options)
+        recover(self.root)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        splits = self.options.get("splits_per_journal", "auto")
+        out: list[InputPartition] = []
+        with LocalJournalStore(self.root) as store:
+            for spec in _journals(store, self.options):
+                end = store.head(spec.name)
+                n = (
+                    min(MAX_SPLITS, max(1, math.ceil(end / SPLIT_BYTES)))
+                    if splits == "auto" else max(1, int(splits))
+                )
+                out += [_Split(spec.name, end, b, n) for b in range(n)]
+        return out
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Split)
+        with LocalJournalStore(self.root) as store:
+            for batch in read_journal(
+                store, partition.journal, self.content, end_offset=partition.end,
+                isolation=self.isolation, bucket=partition.bucket, buckets=partition.buckets,
+            ):
+                yield _conform(batch, self.arrow_schema, self.acks)
+
+
+# -- batch write --------------------------------------------------------------------
+
+
+@dataclass
+class _Published(WriterCommitMessage):
+    batch: PublishedBatch
+
+
+def _target(options: Mapping[str, str], schema: StructType) -> Target:
+    fields = list(schema.fields)
+    arrow = to_arrow_schema(StructType(fields), timezone="UTC") if fields else pa.schema([])
+    content = ContentSpec(
+        tuple((f.name, f.type) for f in arrow),
+        uuid_path=tuple(p for p in options.get("uuid_path", "_meta/uuid").split("/") if p),
+        proto_class=options.get("proto_class") or None,
+        uuid_field=options.get("uuid_field", "uuid"),
+    )
+    return Target(
+        _root(options), options.get("journal"), options.get("selector"), options.get("key"),
+        options.get("mapping", "modulo"), options.get("hash", "mmh3"), content,
+    )
+
+
+class JournalWriter(DataSourceArrowWriter):
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.target = _target(options, schema)
+        recover(self.target.root)
+        with LocalJournalStore(self.target.root) as store:
+            self.target.content_type(store)  # fail on the driver, before any task runs
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _Published:
+        return _Published(publish_rows(self.target, iter_batches(iterator)))
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        commit_job(self.target.root, _batches(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        abort_job(self.target.root, _batches(messages))
+
+
+def _batches(messages: list[Any]) -> list[PublishedBatch | None]:
+    return [m.batch if isinstance(m, _Published) else None for m in messages]
+
+
+# -- streaming ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Range(InputPartition):
+    """A task of a micro-batch: ``[start, end)`` of a journal, from ``states``."""
+
+    journal: str
+    start: int
+    end: int
+    states: str  # JSON of {producer: "last_ack:begin"}
+
+
+class JournalStreamReader(DataSourceStreamReader):
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.options = options
+        self.root = _root(options)
+        self.content = content_spec(options, schema)
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        self.prune_horizon = float(options.get("prune_horizon", "86400"))
+        self.acks = _include_acks(options)
+        if options.get("isolation", READ_COMMITTED).lower() != READ_COMMITTED:
+            raise ValueError("streaming reads are read_committed")
+        recover(self.root)
+
+    def initialOffset(self) -> Offset:  # noqa: N802 -- Spark's name
+        offset = empty_offset()
+        if self.options.get("starting_offsets", "earliest") == "latest":
+            with LocalJournalStore(self.root) as store:
+                for spec in _journals(store, self.options):
+                    offset["offsets"][spec.name] = store.head(spec.name)
+        return offset
+
+    def latestOffset(  # noqa: N802 -- Spark's name
+        self, start: Offset | None = None, limit: Any = None
+    ) -> Offset:
+        # The read limit is not honoured: every micro-batch takes all there is.
+        start = start or self.initialOffset()
+        out: Offset = {"offsets": dict(start["offsets"]), "states": dict(start["states"])}
+        with LocalJournalStore(self.root) as store:
+            for spec in _journals(store, self.options):
+                name = spec.name
+                begin = int(start["offsets"].get(name, 0))
+                end = store.head(name)
+                if end <= begin:
+                    continue
+                states = sequence_range(
+                    store, name, self.content, begin, end, states_of(start, name),
+                    prune_horizon=self.prune_horizon,
+                )
+                out["offsets"][name] = end
+                out["states"][name] = encode_states(states)
+        return out
+
+    def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:
+        out: list[InputPartition] = []
+        for name, stop in sorted(end["offsets"].items()):
+            begin = int(start["offsets"].get(name, 0))
+            if int(stop) > begin:
+                states = json.dumps(start.get("states", {}).get(name, {}))
+                out.append(_Range(name, begin, int(stop), states))
+        return out
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _Range)
+        offset = {"states": {partition.journal: json.loads(partition.states)}}
+        states = states_of(offset, partition.journal)
+        with LocalJournalStore(self.root) as store:
+            for batch in read_range(
+                store, partition.journal, self.content, partition.start, partition.end, states
+            ):
+                yield _conform(batch, self.arrow_schema, self.acks)
+
+
+class JournalStreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        self.target = _target(options, schema)
+        self.sink_id = options.get("sink_id") or sink_id_of(self.target)
+        recover(self.target.root)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _Published:
+        return _Published(publish_rows(self.target, iter_batches(iterator)))
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        commit_stream_batch(self.target, self.sink_id, batchId, _batches(messages))
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        abort_job(self.target.root, _batches(messages))
