@@ -26,6 +26,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Final
@@ -33,7 +34,7 @@ from typing import Final
 import pytest
 
 from journal import LocalJournalStore
-from tests.journal_child import decode_records
+from tests.journal_child import decode_records, encode_record
 
 CHILD: Final = str(Path(__file__).with_name("journal_child.py"))
 REPO: Final = str(Path(__file__).resolve().parent.parent)
@@ -141,42 +142,88 @@ def test_sigkilled_writer_never_exposes_partial_appends_or_loses_acknowledged_on
         assert store.append(JOURNAL, b"").result().begin == head
 
 
+class _Survivor:
+    """A writer in this process that lives through every round, so that its
+    store's writer thread keeps its view of the files while other writers
+    die around it (and must still cut what they leave behind)."""
+
+    CHILD: Final = 9999
+
+    def __init__(self, root: Path) -> None:
+        self.store = LocalJournalStore(root, fragment_size=FRAGMENT_SIZE)
+        self.acknowledged: list[tuple[int, int, int, int]] = []
+        self._seq = 0
+        self._rng = random.Random(7)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run)
+        self._thread.start()
+
+    def pause(self) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            burst = []
+            for _ in range(self._rng.randrange(1, 20)):
+                record = encode_record(self.CHILD, self._seq, self._rng.randrange(0, 300))
+                burst.append((self._seq, self.store.append(JOURNAL, record)))
+                self._seq += 1
+            for seq, fut in burst:
+                res = fut.result()
+                self.acknowledged.append((self.CHILD, seq, res.begin, res.end))
+            time.sleep(0.002)
+
+
 @pytest.mark.slow
 def test_sigkilled_concurrent_writers_and_readers(tmp_path: Path) -> None:
-    """Two writers and a follower killed at random: no interleaving, nothing acknowledged lost."""
+    """Writers and a follower killed at random beside a surviving writer: whole records only."""
     root = tmp_path / "root"
     _setup(root)
     rng = random.Random(99)
     acknowledged: list[tuple[int, int, int, int]] = []
+    survivor = _Survivor(root)
     rounds = max(2, ITERATIONS // 2)
-    for it in range(rounds):
-        procs = []
-        reports = []
-        for k in range(2):
-            child = 1000 + it * 2 + k
-            report = tmp_path / f"w-{child}"
-            procs.append(
-                _spawn("append", str(root), JOURNAL, str(child), str(FRAGMENT_SIZE), str(report))
-            )
-            reports.append(report)
-        follow_report = tmp_path / f"r-{it}"
-        follower = _spawn("follow", str(root), JOURNAL, str(follow_report))
-        for p, rep in zip(procs, reports, strict=True):
-            _wait_ready(rep, p)
-        _wait_ready(follow_report, follower)
-        # Kill in a random order at random moments.
-        order = [*procs, follower]
-        rng.shuffle(order)
-        for p in order:
-            time.sleep(rng.uniform(0.0, 0.04))
-            _kill(p)
-        for rep in reports:
-            acknowledged += _resolved(rep)
-        _verify(root, acknowledged)
-        # The follower checked every record it read; it only saw whole ones.
-        offsets = [int(x) for x in follow_report.read_bytes().split()[1:]]
-        assert offsets == sorted(offsets)
-    assert acknowledged, "no append ever resolved"
+    try:
+        for it in range(rounds):
+            procs = []
+            reports = []
+            for k in range(2):
+                child = 1000 + it * 2 + k
+                report = tmp_path / f"w-{child}"
+                procs.append(
+                    _spawn(
+                        "append", str(root), JOURNAL, str(child), str(FRAGMENT_SIZE), str(report)
+                    )
+                )
+                reports.append(report)
+            follow_report = tmp_path / f"r-{it}"
+            follower = _spawn("follow", str(root), JOURNAL, str(follow_report))
+            for p, rep in zip(procs, reports, strict=True):
+                _wait_ready(rep, p)
+            _wait_ready(follow_report, follower)
+            survivor.start()
+            # Kill in a random order at random moments.
+            order = [*procs, follower]
+            rng.shuffle(order)
+            for p in order:
+                time.sleep(rng.uniform(0.0, 0.04))
+                _kill(p)
+            survivor.pause()
+            for rep in reports:
+                acknowledged += _resolved(rep)
+            _verify(root, acknowledged + survivor.acknowledged)
+            # The follower checked every record it read; it only saw whole ones.
+            offsets = [int(x) for x in follow_report.read_bytes().split()[1:]]
+            assert offsets == sorted(offsets)
+    finally:
+        survivor.store.close()
+    assert acknowledged and survivor.acknowledged, "no append ever resolved"
 
 
 def test_writers_in_several_processes_append_whole_records(tmp_path: Path) -> None:
