@@ -9,6 +9,7 @@ and list its module name in ``BENCHMARKS``.
 BENCHMARKS: tuple[str, ...] = (
     "bench_sequencer",
     "bench_journal_io",
+    "bench_framing",
     "bench_journal",
     # Module names under ``benchmarks``, run in this order.
 )

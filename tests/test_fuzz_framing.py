@@ -108,11 +108,10 @@ def by_unmarshal_func(
     framing: Framing, reader: Any, new_message: Callable[[], Any], size: int
 ) -> list[Outcome]:
     """Outcome of each call of new_unmarshal_func until EOFError, with the
-    reader's positions when it has them."""
+    reader's positions if it is a BytesIO (other readers may be read ahead of
+    the frames: the fixed framing holds a magic word for a plain reader)."""
     unmarshal = framing.new_unmarshal_func(reader)
-    tell: Callable[[], int] | None = getattr(reader, "tell", None)
-    if isinstance(reader, io.BufferedReader) and not reader.seekable():
-        tell = None
+    tell = reader.tell if isinstance(reader, io.BytesIO) else None
     pos = tell() if tell else None
     out: list[Outcome] = []
     for _ in range(size + 2):  # Each call consumes a byte at least.
