@@ -186,6 +186,8 @@ class JournalWriter:
         # An append cancelled before its batch started is not written.
         live = [(i, p) for i, p in enumerate(batch) if p[1].set_running_or_notify_cancel()]
         outcomes = self._write_batch([p for _, p in live]) if live else []
+        if any(not isinstance(o, BaseException) for o in outcomes):
+            self._on_commit()  # Wake following readers first: the bytes are committed.
         failures: list[tuple[int, BaseException]] = []
         for (i, (_, fut)), outcome in zip(live, outcomes, strict=True):
             if isinstance(outcome, BaseException):
@@ -197,8 +199,6 @@ class JournalWriter:
             self._resolved += len(batch)
             self._failures.extend(failures)
             self._done.notify_all()
-        if len(failures) < len(live):
-            self._on_commit()
 
     def _write_batch(self, batch: list[_Pending]) -> list[AppendResult | BaseException]:
         out: list[AppendResult | BaseException] = []
