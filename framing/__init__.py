@@ -43,9 +43,9 @@ them, with their offsets::
     0 9 {'id': 1}
     9 18 {'id': 2}
 
-Errors form one tree under ``FramingError``; see ``framing._errors``. Add a
-framing of your own with ``register_framing``; ``framing.testing`` holds the
-conformance check that every framing passes.
+Errors form one tree under ``FramingError`` (drawn in ``docs/framing.md``).
+Add a framing of your own with ``register_framing``; ``framing.testing``
+holds the conformance check that every framing passes.
 """
 
 from ._constants import CONTENT_TYPE_CSV as CONTENT_TYPE_CSV

@@ -300,7 +300,7 @@ def unpack_fixed_frame(r: ByteReader) -> bytes:
         peek = getattr(r, "peek", None)
         if peek is not None:
             head = peek(_HLEN)
-            if len(head) >= _HLEN and head.startswith(_WORD):
+            if len(head) >= _HLEN and head[:4] == _WORD:
                 size = _HLEN + _LENGTH.unpack_from(head, 4)[0]
                 frame = _take(r, size)
                 if len(frame) < size:

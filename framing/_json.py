@@ -232,13 +232,22 @@ def _decode_with_hook(frame: Frame, msg: Any) -> None:
 
 def _is_uuid_type(hint: object) -> bool:
     """Whether a field annotation is ``uuid.UUID``, possibly optional."""
-    if hint is uuid.UUID or hint in ("uuid.UUID", "UUID"):
+    if hint is uuid.UUID:
         return True
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         return uuid.UUID in typing.get_args(hint)
-    if isinstance(hint, str):  # An unresolved annotation such as "UUID | None".
-        return hint.replace(" ", "") in ("uuid.UUID|None", "UUID|None", "Optional[UUID]")
+    if isinstance(hint, str):
+        # An annotation that could not be evaluated: read its text, e.g.
+        # "uuid.UUID", "UUID | None" or "Optional[UUID]".
+        text = hint.replace(" ", "").replace("typing.", "")
+        if text.startswith("Optional[") and text.endswith("]"):
+            text = text[len("Optional[") : -1]
+        parts = set(text.split("|"))
+        return bool(parts & _UUID_NAMES) and parts <= _UUID_NAMES | {"None"}
     return False
+
+
+_UUID_NAMES: Final = frozenset({"uuid.UUID", "UUID"})
 
 
 def _dataclass_decoder(cls: type) -> _Decoder:

@@ -363,3 +363,24 @@ def test_dataclass_round_trip(e: Event) -> None:
     out = Event()
     NDJSON.new_unmarshal_func(io.BytesIO(NDJSON.marshal(e)))(out)
     assert out == e
+
+
+@pytest.mark.parametrize(
+    ("text", "is_uuid"),
+    [
+        ("uuid.UUID", True),
+        ("UUID | None", True),
+        ("None|uuid.UUID", True),
+        ("Optional[UUID]", True),
+        ("typing.Optional[uuid.UUID]", True),
+        ("UUID | int", False),
+        ("None", False),
+        ("str", False),
+        ("list[UUID]", False),
+    ],
+)
+def test_uuid_annotations_read_from_text(text: str, is_uuid: bool) -> None:
+    """Annotations that cannot be evaluated are read as text to find UUID fields."""
+    from framing._json import _is_uuid_type
+
+    assert _is_uuid_type(text) is is_uuid
