@@ -103,9 +103,12 @@ def _line_batches(
         if type(chunk) is not bytes:
             chunk = bytes(chunk)
 
-        if quote_aware and (pending or _QUOTE in chunk):
+        if quote_aware and (
+            odd or _QUOTE in chunk or (pending and any(_NL in p for p in pending))
+        ):
             # The fast path below splits at every newline: right only when no
-            # quoted field can be open, i.e. nothing pending and no quote.
+            # quoted field can be open (no quote in the chunk, and what is
+            # pending is at most the start of one line, with even quotes).
             batch, odd = _split_records(chunk, base, pending, odd)
             if batch:
                 base = batch[-1][1]

@@ -288,3 +288,20 @@ def test_stream_round_trip(records: list[list[str]], chunk_size: int) -> None:
     frames = [CSV.marshal(r) for r in records]
     got = list(CSV.read_frames(io.BytesIO(b"".join(frames)), chunk_size=chunk_size))
     assert [bytes(f) for _, _, f in got] == frames
+
+
+def test_read_frames_pending_record_with_closed_quotes() -> None:
+    """A record cut after its closing quote, its newline still to come, is not
+    split at the newline inside its quotes when the next chunk has no quote."""
+    data = b'"a\nb",c\nd,e\n'
+    for chunk_size in range(1, len(data) + 1):
+        got = [bytes(f) for _, _, f in CSV.read_frames(io.BytesIO(data), chunk_size=chunk_size)]
+        assert got == [b'"a\nb",c\n', b"d,e\n"], chunk_size
+
+
+def test_read_frames_without_quotes_stays_on_the_fast_path() -> None:
+    """Records without quotes, cut anywhere by chunks, split at each newline."""
+    data = b"".join(b"%d,x,y\n" % i for i in range(50))
+    for chunk_size in (1, 7, 64):
+        got = list(CSV.read_frames(io.BytesIO(data), chunk_size=chunk_size))
+        assert [bytes(f) for _, _, f in got] == data.splitlines(keepends=True)
