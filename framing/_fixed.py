@@ -88,15 +88,10 @@ class ProtoFixedFraming:
         word (a run of bytes that ``read_frames`` reports as not a frame).
         """
         parse = _parser_of(msg)
-        try:
-            word, size = _HEADER_INTS.unpack_from(frame)
-        except struct.error:  # Shorter than a header.
-            word = size = -1
-        if word != _WORD_INT:
-            if frame[:4] != _WORD:
-                raise DesyncError(data=frame)
-            word = _WORD_INT  # A frame too short for its header: the check below fails.
-        if size != len(frame) - _HLEN:
+        word, size = _HEADER_INTS.unpack_from(frame) if len(frame) >= _HLEN else (-1, -1)
+        if word != _WORD_INT and frame[:4] != _WORD:
+            raise DesyncError(data=frame)  # Not a frame: a run of other bytes.
+        if size < 0 or size != len(frame) - _HLEN:
             raise FrameDecodeError("fixed frame's length does not match its header", data=frame)
         _parse(parse, msg, frame[_HLEN:], frame)
 

@@ -355,8 +355,9 @@ def test_unmarshal_frame_errors() -> None:
     assert d.value.data == b"garbage"
     with pytest.raises(FrameDecodeError, match="length"):
         FIXED.unmarshal_frame(FRAME + b"x", RawPayload())
-    with pytest.raises(FrameDecodeError, match="length"):
-        FIXED.unmarshal_frame(W + b"\x00", RawPayload())
+    for short in (W, W + b"\x00", W + b"\x00\x00\x00"):  # Shorter than a header.
+        with pytest.raises(FrameDecodeError, match="length"):
+            FIXED.unmarshal_frame(short, RawPayload())
     bad = W + b"\x01\x00\x00\x00\xff"
     with pytest.raises(FrameDecodeError, match="invalid protobuf") as info:
         FIXED.unmarshal_frame(bad, struct_pb2.Value())
