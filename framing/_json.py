@@ -29,7 +29,6 @@ from ._constants import CONTENT_TYPE_JSON_LINES, DEFAULT_CHUNK_SIZE
 from ._errors import (
     FrameDecodeError,
     FrameEncodeError,
-    FramingError,
     TruncatedFrameError,
     UnsupportedMessageError,
 )
@@ -103,9 +102,8 @@ class JSONLinesFraming:
             offset += len(line)
             try:
                 decode(line, msg)
-            except FramingError as e:
-                if isinstance(e, FrameDecodeError) and e.offset is None:
-                    e.offset = begin
+            except FrameDecodeError as e:
+                e.offset = begin
                 raise
 
         return unmarshal
