@@ -41,6 +41,7 @@ from ._files import (
     write_record,
 )
 from ._fragment import CommitRecord
+from ._future import AppendFuture
 from ._spec import AppendResult
 
 LOG: Final = logging.getLogger("journal")
@@ -88,7 +89,7 @@ class JournalWriter:
     # Called by the store ---------------------------------------------------
 
     def submit(self, data: bytes) -> Future[AppendResult]:
-        fut: Future[AppendResult] = Future()
+        fut: Future[AppendResult] = AppendFuture()
         with self._lock:
             if self._stopping:
                 raise JournalClosedError(f"writer of {self.jd.name!r}")

@@ -606,3 +606,51 @@ def test_reader_of_deleted_journal_raises(store: LocalJournalStore) -> None:
         assert r.read(1) == b"\n"
         with pytest.raises(JournalNotFoundError):
             r.read(1)
+
+
+def test_append_future_behaves_as_a_future() -> None:
+    """AppendFuture keeps Future's contract: waiting, callbacks, cancel, wait()."""
+    import threading
+    import time
+    from concurrent.futures import wait
+
+    from journal._future import AppendFuture
+
+    f: AppendFuture[int] = AppendFuture()
+    assert not f.done()
+    assert f.set_running_or_notify_cancel()
+    f.set_result(5)
+    assert f.done() and f.result() == 5
+    got: list[int] = []
+    g: AppendFuture[int] = AppendFuture()
+    g.add_done_callback(lambda x: got.append(x.result()))
+    g.set_running_or_notify_cancel()
+    g.set_result(7)
+    assert got == [7]
+    h: AppendFuture[int] = AppendFuture()
+    t = threading.Thread(
+        target=lambda: (time.sleep(0.05), h.set_running_or_notify_cancel(), h.set_result(9))
+    )
+    t.start()
+    assert h.result(timeout=5) == 9
+    t.join()
+    c: AppendFuture[int] = AppendFuture()
+    assert c.cancel() and not c.set_running_or_notify_cancel()
+    e: AppendFuture[int] = AppendFuture()
+    e.set_running_or_notify_cancel()
+    e.set_exception(ValueError("x"))
+    with pytest.raises(ValueError):
+        e.result()
+    fs: list[AppendFuture[int]] = [AppendFuture() for _ in range(5)]
+
+    def resolve() -> None:
+        for x in fs:
+            time.sleep(0.01)
+            x.set_running_or_notify_cancel()
+            x.set_result(1)
+
+    t = threading.Thread(target=resolve)
+    t.start()
+    done, not_done = wait(fs, timeout=5)
+    t.join()
+    assert len(done) == 5 and not not_done
