@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING
 from framing import Framing, framing_by_content_type
 
 from ._interfaces import MappingFunc, Message
-from ._uuid import Clock, Flags, build_uuid, new_producer_id
+from ._uuid import Clock, Flags, _uuid_from_int, build_uuid, new_clock, new_producer_id
 
 if TYPE_CHECKING:
     from journal import AppendResult, JournalClient
@@ -43,7 +44,7 @@ class Publisher:
     """
 
     __slots__ = (
-        "_client", "_clock", "_framings", "_last_commit", "_lock", "_own_clock",
+        "_client", "_clock", "_framings", "_last_commit", "_lock", "_node", "_own_clock",
         "_pending", "_producer", "_txn_base",
     )
 
@@ -54,6 +55,7 @@ class Publisher:
         if self._own_clock:
             self._clock.update()
         self._producer = new_producer_id()
+        self._node = int.from_bytes(self._producer, "big")  # the UUID's low 48 bits
         # One lock orders "tick the clock, stamp, frame, append", so that clocks
         # increase in each journal's append order even with many threads.
         self._lock = threading.Lock()
@@ -88,11 +90,23 @@ class Publisher:
             validate()
         journal, content_type = mapping(msg)
         framing = self._framing(content_type)
-        if self._own_clock:
-            self._clock.update()
         with self._lock:
-            clock = self._clock.tick()
-            msg.set_uuid(build_uuid(self._producer, clock, flags))
+            if self._own_clock:
+                # Our own clock is touched only under self._lock, so update()
+                # and tick() fold into one step without the clock's own lock.
+                clock = max(self._clock._value, new_clock(time.time_ns())) + 1
+                self._clock._value = clock
+            else:
+                clock = self._clock.tick()
+            msg.set_uuid(
+                _uuid_from_int(
+                    (((clock >> 4) & 0xFFFFFFFF) << 96)
+                    | (((clock >> 36) & 0xFFFF) << 80)
+                    | ((((clock >> 52) & 0x0FFF) | 0x1000) << 64)
+                    | ((((clock << 10) & 0x3C00) | flags | 0x8000) << 48)
+                    | self._node
+                )
+            )
             frame = framing.marshal(msg)
             future = self._client.append(journal, frame)
             if flags == Flags.CONTINUE_TXN:
