@@ -1,0 +1,328 @@
+"""The ``journal`` data source in a real local Spark: reads equal the
+sequential reader, writes are exactly-once under task retries, streams are
+exactly-once across restarts, and the latest state per key."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from journal import LocalJournalStore
+from message import (
+    Flags,
+    JsonDocument,
+    Publisher,
+    ReadCommittedIter,
+    ReadUncommittedIter,
+    Transaction,
+    get_flags,
+)
+from pipeline._write import Target, publish_rows, state_dir
+
+pytestmark = pytest.mark.spark
+
+NDJSON = {"content-type": "application/x-ndjson"}
+
+
+@pytest.fixture(autouse=True)
+def _quiet_sequencer() -> Any:
+    logging.getLogger("message").setLevel(logging.ERROR)
+    yield
+    logging.getLogger("message").setLevel(logging.NOTSET)
+
+
+def reader(spark: Any, root: Path, **options: str) -> Any:
+    r = spark.read.format("journal").option("root", str(root))
+    for k, v in options.items():
+        r = r.option(k, v)
+    return r.load()
+
+
+def random_workload(store: LocalJournalStore, rng: random.Random, journals: list[str]) -> None:
+    """Publishers doing everything at once: committed publishes, transactions
+    committed, aborted and abandoned, and frames appended twice."""
+    for j in journals:
+        store.create(j, {**NDJSON, "app": "w"})
+    pubs = [Publisher(store) for _ in range(3)]
+    txns: dict[int, Transaction] = {}
+    frames: list[tuple[str, int, int]] = []
+
+    def to(doc: Any) -> tuple[str, str]:
+        return doc["j"], "application/x-ndjson"
+
+    for n in range(300):
+        p = rng.randrange(len(pubs))
+        j = rng.choice(journals)
+        action = rng.random()
+        if action < 0.4:
+            r = pubs[p].publish_committed(to, JsonDocument(n=n, j=j)).result()
+            frames.append((r.journal, r.begin, r.end))
+        elif action < 0.7:
+            txn = txns.setdefault(p, Transaction(pubs[p]))
+            r = txn.publish(to, JsonDocument(n=n, j=j)).result()
+            frames.append((r.journal, r.begin, r.end))
+        elif action < 0.8 and p in txns:
+            txns.pop(p).commit()
+        elif action < 0.85 and p in txns:
+            txns.pop(p).abort()
+        elif action < 0.88 and p in txns:
+            txns.pop(p)  # abandoned: its producer goes away mid-transaction
+            pubs[p] = Publisher(store)
+        elif frames:
+            jn, b, e = rng.choice(frames)
+            with store.read(jn, b, e) as rd:
+                store.append(jn, rd.read(e - b)).result()  # an at-least-once retry
+    store.flush()
+
+
+def test_read_committed_equals_read_committed_iter(spark: Any, tmp_path: Path) -> None:
+    """Parallel committed rows, in (commit_offset, begin) order, are ReadCommittedIter's."""
+    journals = ["w/a", "w/b", "w/c"]
+    with LocalJournalStore(tmp_path) as store:
+        random_workload(store, random.Random(7), journals)
+        want = [
+            (j, e.begin, str(e.message.get_uuid()), e.message.get("n"))
+            for j in journals
+            for e in ReadCommittedIter(store, j, lambda _s: JsonDocument())
+        ]
+        total = sum(1 for j in journals for _ in ReadUncommittedIter(
+            store, j, lambda _s: JsonDocument()))
+    df = reader(spark, tmp_path, selector="app=w", schema="n long", splits_per_journal="3")
+    assert df.rdd.getNumPartitions() == 9
+    rows = df.orderBy("journal", "commit_offset", "begin").collect()
+    assert [(r.journal, r.begin, r.uuid, r.n) for r in rows] == want
+    uncommitted = reader(spark, tmp_path, selector="app=w", isolation="read_uncommitted")
+    assert uncommitted.count() == total > len(want)
+
+
+def test_schema_as_ddl_or_struct_json_and_acks_option(spark: Any, tmp_path: Path) -> None:
+    """The content schema is DDL or StructType JSON; absent fields are null; ACK rows optional."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    with LocalJournalStore(tmp_path) as store:
+        store.create("j", NDJSON)
+        pub = Publisher(store)
+        with Transaction(pub) as txn:
+            txn.publish(lambda d: ("j", "application/x-ndjson"), JsonDocument(page="/a", n=1))
+            txn.publish(lambda d: ("j", "application/x-ndjson"), JsonDocument(page="/b"))
+    st = StructType([StructField("page", StringType()), StructField("n", LongType())])
+    for schema in ("page string, n long", st.json()):
+        rows = reader(spark, tmp_path, journal="j", schema=schema).orderBy("begin").collect()
+        assert [(r.page, r.n, r.flags) for r in rows] == [
+            ("/a", 1, Flags.CONTINUE_TXN), ("/b", None, Flags.CONTINUE_TXN),
+            (None, None, Flags.ACK_TXN),
+        ]
+    no_acks = reader(spark, tmp_path, journal="j", schema="page string", include_acks="false")
+    assert sorted(r.page for r in no_acks.collect()) == ["/a", "/b"]
+    assert [f.name for f in no_acks.schema.fields][:4] == ["journal", "begin", "end", "uuid"]
+
+
+def committed_docs(root: Path, journal: str) -> list[Any]:
+    with LocalJournalStore(root) as store:
+        return [
+            dict(e.message) for e in ReadCommittedIter(store, journal, lambda _s: JsonDocument())
+            if get_flags(e.message.get_uuid()) != Flags.ACK_TXN
+        ]
+
+
+def test_write_exactly_once_when_first_attempts_fail(spark: Any, tmp_path: Path) -> None:
+    """Tasks whose first attempt fails mid-write are retried; each row is committed once."""
+    with LocalJournalStore(tmp_path) as store:
+        store.create("out", NDJSON)
+
+    root = str(tmp_path)
+    attempts = tmp_path / "attempts"
+    attempts.mkdir()
+
+    def flaky(batches: Any) -> Any:
+        # The first attempt of two of the four tasks fails half-way.
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        (attempts / f"{ctx.partitionId()}-{ctx.attemptNumber()}").touch()
+        for i, batch in enumerate(batches):
+            if i == 5 and ctx.attemptNumber() == 0 and ctx.partitionId() in (1, 3):
+                raise RuntimeError("injected failure of a first attempt")
+            yield batch
+
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
+    try:
+        df = spark.range(0, 800, numPartitions=4).withColumnRenamed("id", "n")
+        df = df.mapInArrow(flaky, "n long")
+        (df.write.format("journal").option("root", root).option("journal", "out")
+         .mode("append").save())
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert sorted(d["n"] for d in committed_docs(tmp_path, "out")) == list(range(800))
+    assert {"1-0", "1-1", "3-0", "3-1"} <= {p.name for p in attempts.iterdir()}
+    spark_rows = reader(spark, tmp_path, journal="out", schema="n long", include_acks="false")
+    assert spark_rows.count() == 800
+
+
+def test_a_write_job_that_fails_leaves_nothing_visible(spark: Any, tmp_path: Path) -> None:
+    """When every attempt of a task fails, the job fails and no row is committed."""
+    from pyspark.sql import functions as F  # noqa: N812
+
+    with LocalJournalStore(tmp_path) as store:
+        store.create("out", NDJSON)
+
+    @F.udf(returnType="long", useArrow=False)
+    def doomed(n: int) -> int:
+        if n == 350:
+            raise RuntimeError("this task always fails")
+        return n
+
+    df = spark.range(0, 400, numPartitions=4).select(doomed("id").alias("n"))
+    with pytest.raises(Exception, match="always fails"):
+        (df.write.format("journal").option("root", str(tmp_path)).option("journal", "out")
+         .mode("append").save())
+    assert committed_docs(tmp_path, "out") == []
+    with LocalJournalStore(tmp_path) as store:
+        it = ReadCommittedIter(store, "out", lambda _s: JsonDocument())
+        list(it)
+        assert not it.sequencer.has_pending({})  # every transaction was rolled back
+
+
+def test_durable_intents_are_reapplied_by_the_next_read(spark: Any, tmp_path: Path) -> None:
+    """A commit cut short after its intents were made durable completes on the next read."""
+    from message import AckIntent, IntentLog
+
+    with LocalJournalStore(tmp_path) as store:
+        store.create("out", NDJSON)
+        import pyarrow as pa
+
+        batch = pa.RecordBatch.from_pylist([{"n": i} for i in range(5)])
+        published = publish_rows(Target(str(tmp_path), journal="out"), [batch], store)
+    IntentLog(state_dir(tmp_path, "intents", "cut-short.json")).save(
+        [AckIntent(j, b) for j, b in published.intents]
+    )
+    df = reader(spark, tmp_path, journal="out", schema="n long", include_acks="false")
+    assert sorted(r.n for r in df.collect()) == [0, 1, 2, 3, 4]
+    assert not list(state_dir(tmp_path, "intents").glob("*.json"))
+
+
+def test_write_to_selector_by_key_and_read_back(spark: Any, tmp_path: Path) -> None:
+    """Rows written to a selector land by their key's rendezvous hash, each once."""
+    from message import rendezvous_mapping
+
+    with LocalJournalStore(tmp_path) as store:
+        specs = [store.create(f"t/p{i}", {**NDJSON, "app": "t"}) for i in range(3)]
+    df = spark.range(0, 60, numPartitions=2).selectExpr("id as n", "concat('k', id) as k")
+    (df.write.format("journal").option("root", str(tmp_path)).option("selector", "app=t")
+     .option("key", "k").option("mapping", "rendezvous").mode("append").save())
+    mapping = rendezvous_mapping(lambda d: d["k"], lambda: specs)
+    for spec in specs:
+        got = sorted(d["n"] for d in committed_docs(tmp_path, spec.name))
+        assert got == [i for i in range(60) if mapping({"k": f"k{i}"})[0] == spec.name]
+
+
+def test_stream_is_exactly_once_across_restarts(spark: Any, tmp_path: Path) -> None:
+    """A query stopped, its last commit forgotten, and restarted delivers every message once."""
+    root, ckpt = tmp_path / "store", tmp_path / "ckpt"
+    to_src = lambda d: ("src", "application/x-ndjson")  # noqa: E731
+    with LocalJournalStore(root) as store:
+        store.create("src", NDJSON)
+        store.create("dst", NDJSON)
+    store = LocalJournalStore(root)
+    pub = Publisher(store)
+    for n in range(20):
+        pub.publish_committed(to_src, JsonDocument(n=n))
+    txn = Transaction(Publisher(store))
+    for n in range(100, 105):
+        txn.publish(to_src, JsonDocument(n=n))  # open across micro-batches
+    store.flush()
+
+    def start() -> Any:
+        src = reader_stream(spark, root)
+        return (
+            src.where("flags != 2").select("n").writeStream.format("journal")
+            .option("root", str(root)).option("journal", "dst")
+            .option("checkpointLocation", str(ckpt)).trigger(processingTime="200 milliseconds")
+            .start()
+        )
+
+    q = start()
+    q.processAllAvailable()
+    assert sorted(d["n"] for d in committed_docs(root, "dst")) == list(range(20))
+    for n in range(20, 30):
+        pub.publish_committed(to_src, JsonDocument(n=n))
+    txn.commit()
+    q.processAllAvailable()
+    q.stop()
+    # As if the query died after the sink committed its last batch but
+    # before Spark recorded it: on restart Spark runs that batch again.
+    commits = sorted((ckpt / "commits").iterdir(), key=lambda p: p.name)
+    last = [p for p in commits if p.name.isdigit()][-1]
+    last.unlink()
+    (ckpt / "commits" / f".{last.name}.crc").unlink(missing_ok=True)
+    for n in range(30, 40):
+        pub.publish_committed(to_src, JsonDocument(n=n))
+    store.flush()
+    q = start()
+    q.processAllAvailable()
+    q.stop()
+    store.close()
+    got = sorted(d["n"] for d in committed_docs(root, "dst"))
+    assert got == [*range(40), *range(100, 105)]
+
+
+def reader_stream(spark: Any, root: Path) -> Any:
+    return (
+        spark.readStream.format("journal").option("root", str(root)).option("journal", "src")
+        .option("schema", "n long").load()
+    )
+
+
+def test_latest_state_by_key_with_deletes(spark: Any, tmp_path: Path) -> None:
+    """The last committed message per key wins; empty content or a tombstone deletes."""
+    import pipeline
+
+    to_j = lambda d: ("s", "application/x-ndjson")  # noqa: E731
+    with LocalJournalStore(tmp_path / "store") as store:
+        store.create("s", NDJSON)
+        pub = Publisher(store)
+        for key, value in [("a", 1), ("b", 1), ("a", 2), ("c", 1), ("b", 2), ("d", 5)]:
+            pub.publish_committed(to_j, JsonDocument(key=key, value=value))
+        pub.publish_committed(to_j, JsonDocument(key="c"))  # empty content: a delete
+        pub.publish_committed(to_j, JsonDocument(key="d", value=6, deleted=True))
+        with Transaction(Publisher(store)) as txn:
+            txn.publish(to_j, JsonDocument(key="a", value=3))
+        aborted = Transaction(Publisher(store))
+        aborted.publish(to_j, JsonDocument(key="b", value=99))
+        aborted.abort()
+    df = reader(spark, tmp_path / "store", journal="s",
+                schema="key string, value long, deleted boolean", include_acks="false")
+    out = pipeline.materialize_latest(
+        df, "key", str(tmp_path / "latest"), tombstone="deleted"
+    )
+    assert sorted((r.key, r.value) for r in out.collect()) == [("a", 3), ("b", 2)]
+    parquet = spark.read.parquet(str(tmp_path / "latest"))
+    assert {"key", "value", "uuid", "commit_offset"} <= set(parquet.columns)
+
+
+def test_bad_options_are_clear_errors(spark: Any, tmp_path: Path) -> None:
+    """Missing root, both journal and selector, or a bad isolation name raise at once."""
+    with LocalJournalStore(tmp_path) as store:
+        store.create("j", NDJSON)
+    with pytest.raises(Exception, match="root"):
+        spark.read.format("journal").option("journal", "j").load().collect()
+    with pytest.raises(Exception, match="exactly one of"):
+        reader(spark, tmp_path, journal="j", selector="a=b").collect()
+    with pytest.raises(Exception, match="isolation"):
+        reader(spark, tmp_path, journal="j", isolation="dirty").collect()
+
+
+def test_offsets_are_json(tmp_path: Path) -> None:
+    """A streaming offset round-trips through JSON (Spark's offset log)."""
+    from message import ProducerState
+    from pipeline._stream import encode_states, states_of
+
+    states = [ProducerState("j", bytes(range(6)), 2**64 - 1, 42)]
+    offset = {"offsets": {"j": 10}, "states": {"j": encode_states(states)}}
+    assert states_of(json.loads(json.dumps(offset)), "j") == states
+
