@@ -194,7 +194,6 @@ class ReadCommittedIter:
             block=block, skip_corrupt=skip_corrupt,
         )
         self.spec = self._uncommitted.spec
-        self._read_through = offset
         self.replays = 0
         self._gen = self._generate()
 
@@ -207,7 +206,6 @@ class ReadCommittedIter:
         seq = self.sequencer
         queue, deque_committed = seq.queue_uncommitted, seq.deque_committed
         for env in self._uncommitted:
-            self._read_through = env.end
             queue(env)
             while True:
                 try:
@@ -232,7 +230,8 @@ class ReadCommittedIter:
         :meth:`Sequencer.producer_states`)."""
         states, inflight = self.sequencer.checkpoint_states(prune_horizon)
         offsets = dict(self._base_offsets)
-        offsets[self._journal] = inflight[1] if inflight is not None else self._read_through
+        # Past the last envelope queued: the uncommitted iterator's position.
+        offsets[self._journal] = inflight[1] if inflight is not None else self._uncommitted.offset
         return Checkpoint(offsets, states)
 
     def __iter__(self) -> Iterator[Envelope]:
