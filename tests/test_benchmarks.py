@@ -1,0 +1,47 @@
+"""Every benchmark still runs (at a tiny scale), so none silently rots; and
+``exactly bench`` prints the table."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import BENCHMARKS
+from benchmarks._harness import Result, format_table
+
+# Benchmarks that start Spark run with the Spark tests.
+SPARK = {name for name in BENCHMARKS if "spark" in name}
+
+
+@pytest.mark.parametrize("name", sorted(set(BENCHMARKS) - SPARK))
+def test_benchmark_runs_at_small_scale(name: str) -> None:
+    """run(0.01) returns rows with positive figures and sane baselines."""
+    results = importlib.import_module(f"benchmarks.{name}").run(0.01)
+    assert results and all(isinstance(r, Result) for r in results)
+    for r in results:
+        assert r.value > 0, r
+        assert r.baseline is None or r.baseline > 0, r
+    assert format_table(results).count("\n") == len(results) + 1
+
+
+def test_bench_command_prints_a_table() -> None:
+    """exactly bench --quick --only NAME prints the table's header and rows."""
+    r = subprocess.run(
+        [sys.executable, "-m", "exactly", "bench", "--quick", "--only", "bench_sequencer"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0].split()[:2] == ["benchmark", "value"]
+    assert "sequencer" in r.stdout
+
+
+def test_unknown_benchmark_is_a_clear_error() -> None:
+    """Naming a benchmark that does not exist fails with one line."""
+    r = subprocess.run(
+        [sys.executable, "-m", "exactly", "bench", "--only", "nope"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert r.returncode == 1 and "unknown benchmark nope" in r.stderr
