@@ -249,7 +249,12 @@ def cmd_read(args: argparse.Namespace) -> int:
     with _store(args) as store:
         spec = store.get(args.name)
         new_message = _new_message_func(spec, args.proto)
-        kwargs: dict[str, Any] = {"offset": args.offset, "block": args.follow,
+        offset = args.offset
+        if since is not None and not offset:
+            # Skip the fragments written before the time; messages are then
+            # filtered by the time in their UUIDs.
+            offset = store.offset_since(spec.name, since / 1e9)
+        kwargs: dict[str, Any] = {"offset": offset, "block": args.follow,
                                   "skip_corrupt": args.skip_corrupt}
         it: Any
         if args.uncommitted:

@@ -134,3 +134,20 @@ def test_quick_demo_is_exactly_once(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert "exactly once:     yes" in r.stdout
     assert "replays" in r.stdout and "with 0 replays" not in r.stdout
+
+
+def test_read_since_a_time(tmp_path: Path) -> None:
+    """read --since shows only messages published after the given time."""
+    import datetime as dt
+
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "s/j")
+    ok(root, "append", "s/j", input='{"n": 1}\n')
+    time.sleep(0.05)
+    middle = dt.datetime.now(dt.UTC).isoformat()
+    time.sleep(0.05)
+    ok(root, "append", "s/j", input='{"n": 2}\n')
+    got = [json.loads(x)["message"]["n"] for x in ok(root, "read", "s/j", "--since", middle)
+           .splitlines()]
+    assert got == [2]
+    assert len(ok(root, "read", "s/j", "--since", "1h").splitlines()) == 2
