@@ -1,0 +1,19 @@
+"""docs/guide.md runs: its Python blocks, in order, in one namespace."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guide.md"
+
+
+def test_guide_blocks_run_in_order(capsys) -> None:
+    """Every ```python block of the guide runs, and its assertions hold."""
+    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(), re.S)
+    assert len(blocks) >= 6
+    namespace: dict[str, object] = {}
+    for block in blocks:
+        exec(compile(block, str(GUIDE), "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "orders/part-0" in out and "frames:" in out
