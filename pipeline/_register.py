@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -36,7 +37,13 @@ def local_session(
     )
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
-    spark = builder.getOrCreate()
+    with warnings.catch_warnings():
+        # PySpark 4 warns at start-up that it was not validated with pandas 3;
+        # nothing here goes through pandas.
+        warnings.filterwarnings(
+            "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
+        )
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark

@@ -1,0 +1,31 @@
+"""The demo behind ``exactly demo`` runs end to end and verifies itself."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pipeline.demo import run_demo
+
+
+@pytest.mark.spark
+def test_demo_computes_what_the_producers_committed(spark: Any, tmp_path: Path) -> None:
+    """Every computed figure matches the producers' reports; the naive counts do not."""
+    out = io.StringIO()
+    assert run_demo(tmp_path / "demo", out=out) == 0, out.getvalue()
+    text = out.getvalue()
+    assert "MISMATCH" not in text and "demo passed" in text
+    assert (tmp_path / "demo" / "parquet" / "latest_per_session").is_dir()
+    naive = next(line for line in text.splitlines() if "naive read-uncommitted" in line)
+    assert "(+0:" not in naive
+
+
+def test_demo_refuses_to_replace_a_directory_it_did_not_create(tmp_path: Path) -> None:
+    """A non-empty directory without the demo's marker is left alone."""
+    (tmp_path / "precious.txt").write_text("keep me")
+    with pytest.raises(SystemExit, match="not a demo store"):
+        run_demo(tmp_path, out=io.StringIO())
+    assert (tmp_path / "precious.txt").read_text() == "keep me"
