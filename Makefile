@@ -18,6 +18,7 @@ demo: $(STAMP)            ## run the demo pipeline on the embedded journal store
 
 test: $(STAMP)            ## run the whole test suite
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	# pytest exits 5 when it collects no test: that alone is not a failure.
 	$(BIN)/python -m pytest $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
