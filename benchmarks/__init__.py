@@ -11,5 +11,6 @@ BENCHMARKS: tuple[str, ...] = (
     "bench_journal_io",
     "bench_framing",
     "bench_journal",
+    "bench_spark",
     # Module names under ``benchmarks``, run in this order.
 )
