@@ -63,6 +63,9 @@ class JsonDocument(dict[str, Any]):
     keeps the UUID beside the content, as Estuary Flow does::
 
         {"_meta": {"uuid": "…"}, "page": "/home"}
+
+    ``set_uuid`` stores the ``uuid.UUID`` object, which the NDJSON framing
+    writes as its canonical string; a decoded document holds that string.
     """
 
     uuid_path: ClassVar[tuple[str, ...]] = ("_meta", "uuid")
@@ -84,7 +87,10 @@ class JsonDocument(dict[str, Any]):
             if not isinstance(child, dict):
                 child = node[k] = {}
             node = child
-        node[leaf] = str(u)
+        # The UUID object itself: orjson writes it as its canonical string in C,
+        # cheaper than str(u) here. A decoded document holds the string;
+        # get_uuid takes either.
+        node[leaf] = u
 
     def new_acknowledgement(self, journal: str) -> Self:
         return type(self)()
