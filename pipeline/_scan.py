@@ -280,6 +280,15 @@ def _index_ndjson(
 # -- sequencing -----------------------------------------------------------------
 
 
+def _fast_uuid(value: int) -> _uuid.UUID:
+    """``uuid.UUID(int=value)`` without its argument checks, which cost more
+    than the rest of sequencing a frame (``value`` is known to fit)."""
+    u = object.__new__(_uuid.UUID)
+    object.__setattr__(u, "int", value)
+    object.__setattr__(u, "is_safe", _uuid.SafeUUID.unknown)
+    return u
+
+
 class _IndexedMessage:
     """The least a Sequencer needs of a message: its UUID. ``row`` is its
     position in the index."""
@@ -305,12 +314,11 @@ def _sequence(
 ) -> None:
     """Run a Sequencer over ``rows`` (offset order) of the index; set
     ``commit[row]`` to the offset of the envelope that committed it."""
+    begins, ends = index.begin[rows].tolist(), index.end[rows].tolist()
+    his, los = index.hi[rows].tolist(), index.lo[rows].tolist()
     envs = [
-        Envelope(
-            spec, int(index.begin[r]), int(index.end[r]),
-            _IndexedMessage(int(r), _uuid.UUID(int=(int(index.hi[r]) << 64) | int(index.lo[r]))),
-        )
-        for r in rows
+        Envelope(spec, b, e, _IndexedMessage(r, _fast_uuid((h << 64) | lo)))
+        for r, b, e, h, lo in zip(rows.tolist(), begins, ends, his, los, strict=True)
     ]
     starts = [e.begin for e in envs]
     seq = Sequencer(buffer=len(envs) + 1)  # no replays: everything stays in the ring
@@ -355,15 +363,26 @@ def committed_rows(
     rows_p = rows[order]
     prod = producers[rows_p]
     clk = clocks[rows_p]
-    starts = np.flatnonzero(np.r_[True, prod[1:] != prod[:-1]])
-    same = np.r_[False, prod[1:] == prod[:-1]]
-    # A producer is simple if all its frames are OUTSIDE_TXN with clocks that
-    # increase: each one then commits itself, as the Sequencer would decide.
-    bad = (flags[rows_p] != 0) | (same & (clk <= np.r_[np.uint64(0), clk[:-1]]))
-    bad_group = np.maximum.reduceat(bad.astype(np.int8), starts).astype(bool)
-    group_of = np.cumsum(np.r_[False, prod[1:] != prod[:-1]])
-    simple = ~bad_group[group_of]
-    commit[rows_p[simple]] = index.begin[rows_p[simple]]
+    new_group = np.r_[True, prod[1:] != prod[:-1]]
+    starts = np.flatnonzero(new_group)
+    group_of = np.cumsum(new_group) - 1
+    # A producer with only OUTSIDE_TXN frames (the common case) is decided
+    # with numpy: its last_ack is the largest clock seen so far, so a frame
+    # commits itself if its clock exceeds every earlier one, and is a
+    # duplicate otherwise. Others go through a Sequencer.
+    txn_group = np.maximum.reduceat((flags[rows_p] != 0).astype(np.int8), starts).astype(bool)
+    simple = ~txn_group[group_of]
+    s_rows, s_clk, s_group = rows_p[simple], clk[simple], group_of[simple]
+    if len(s_rows):
+        # Running maximum of the clocks before each frame, within its producer:
+        # offset each producer's clocks above all earlier producers' so that
+        # one cumulative maximum serves them all.
+        rank = np.unique(s_clk, return_inverse=True)[1].astype(np.int64)
+        lifted = rank + s_group.astype(np.int64) * (len(s_clk) + 1)
+        prior = np.maximum.accumulate(np.r_[np.int64(-1), lifted[:-1]])
+        first = np.r_[True, s_group[1:] != s_group[:-1]]
+        keep = first | (lifted > prior)
+        commit[s_rows[keep]] = index.begin[s_rows[keep]]
     hard = np.sort(rows_p[~simple])
     if len(hard):
         _sequence(spec, index, hard, commit)

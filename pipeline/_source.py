@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -97,6 +98,10 @@ def _root(options: Mapping[str, str]) -> str:
     root = options.get("root")
     if not root:
         raise ValueError("the journal data source needs the option root (a store directory)")
+    if not os.path.isdir(root):
+        # Relative paths resolve in Spark's working directory, which may not
+        # be the caller's: say where we looked.
+        raise ValueError(f"no journal store at {os.path.abspath(root)} (option root)")
     return root
 
 
@@ -194,7 +199,8 @@ class JournalReader(DataSourceReader):
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, _Split)
+        if not isinstance(partition, _Split):
+            return  # no journal matched: Spark still runs one (empty) partition
         with LocalJournalStore(self.root) as store:
             for batch in read_journal(
                 store, partition.journal, self.content, end_offset=partition.end,
@@ -311,7 +317,8 @@ class JournalStreamReader(DataSourceStreamReader):
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, _Range)
+        if not isinstance(partition, _Range):
+            return
         offset = {"states": {partition.journal: json.loads(partition.states)}}
         states = states_of(offset, partition.journal)
         with LocalJournalStore(self.root) as store:

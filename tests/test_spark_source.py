@@ -306,7 +306,8 @@ def test_latest_state_by_key_with_deletes(spark: Any, tmp_path: Path) -> None:
 
 
 def test_bad_options_are_clear_errors(spark: Any, tmp_path: Path) -> None:
-    """Missing root, both journal and selector, or a bad isolation name raise at once."""
+    """Missing root, both journal and selector, or a bad isolation name raise at once;
+    a selector that matches nothing reads no rows."""
     with LocalJournalStore(tmp_path) as store:
         store.create("j", NDJSON)
     with pytest.raises(Exception, match="root"):
@@ -315,6 +316,9 @@ def test_bad_options_are_clear_errors(spark: Any, tmp_path: Path) -> None:
         reader(spark, tmp_path, journal="j", selector="a=b").collect()
     with pytest.raises(Exception, match="isolation"):
         reader(spark, tmp_path, journal="j", isolation="dirty").collect()
+    with pytest.raises(Exception, match="no journal store at"):
+        reader(spark, tmp_path / "absent", journal="j").collect()
+    assert reader(spark, tmp_path, selector="app=none").count() == 0
 
 
 def test_offsets_are_json(tmp_path: Path) -> None:
