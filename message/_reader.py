@@ -88,8 +88,8 @@ class ReadUncommittedIter:
         self._new_message = new_message
         self._skip_corrupt = skip_corrupt
         self.skipped = 0
-        #: Journal offset just past the last envelope yielded.
-        self.offset = offset
+        self._start = offset
+        self._last: Envelope | None = None
         self._reader = client.read(journal, offset, end_offset, block=block)
         self._gen = self._generate()
 
@@ -100,30 +100,33 @@ class ReadUncommittedIter:
         jumps = tracker.jumps
         base = tracker.start
         try:
-            frames = self._framing.read_frames(tracker)
-            while True:
-                try:
-                    begin, end, frame = next(frames)
-                except StopIteration:
-                    return
-                except TruncatedFrameError as exc:
-                    self._corrupt(exc, base + getattr(exc, "offset", 0) if not jumps else -1)
-                    return
-                if jumps and jumps[0][0] <= begin:
-                    while jumps and jumps[0][0] <= begin:
-                        _, base = jumps.popleft()
-                    log.warning("%s: offset jumped to %d (removed by retention)",
-                                spec.name, base + begin)
-                msg = new_message(spec)
-                try:
-                    unmarshal(frame, msg)
-                except FramingError as exc:
-                    self._corrupt(exc, base + begin)
-                    continue
-                self.offset = base + end
-                yield Envelope(spec, base + begin, base + end, msg)
+            try:
+                for begin, end, frame in self._framing.read_frames(tracker):
+                    if jumps and jumps[0][0] <= begin:
+                        while jumps and jumps[0][0] <= begin:
+                            _, base = jumps.popleft()
+                        log.warning("%s: offset jumped to %d (removed by retention)",
+                                    spec.name, base + begin)
+                    msg = new_message(spec)
+                    try:
+                        unmarshal(frame, msg)
+                    except FramingError as exc:
+                        self._corrupt(exc, base + begin)
+                        continue
+                    env = self._last = Envelope(spec, base + begin, base + end, msg)
+                    yield env
+            except TruncatedFrameError as exc:
+                # Input ended inside a frame: a journal's appends are whole
+                # frames, so its bytes are not what the framing says.
+                self._corrupt(exc, base + (exc.offset or 0) if not jumps else -1)
         finally:
             self._reader.close()
+
+    @property
+    def offset(self) -> int:
+        """Journal offset just past the last envelope yielded (before any:
+        the offset reading started at)."""
+        return self._start if self._last is None else self._last.end
 
     def _corrupt(self, exc: FramingError, offset: int) -> None:
         exc_any: Any = exc

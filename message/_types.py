@@ -70,7 +70,26 @@ class JsonDocument(dict[str, Any]):
 
     uuid_path: ClassVar[tuple[str, ...]] = ("_meta", "uuid")
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.uuid_path != ("_meta", "uuid") and "get_uuid" not in vars(cls):
+            cls.get_uuid = JsonDocument._get_uuid_at_path  # type: ignore[method-assign]
+
     def get_uuid(self) -> uuid.UUID:
+        # The default path, spelled out: a reader calls this once per message.
+        try:
+            value = self["_meta"]["uuid"]
+        except (KeyError, TypeError, IndexError):
+            return NIL_UUID
+        if type(value) is str and len(value) == 36:
+            # The canonical form, parsed inline (see _uuid_from_str).
+            try:
+                return _uuid_from_int(int(value.replace("-", ""), 16))
+            except ValueError:
+                return NIL_UUID
+        return _as_uuid(value)
+
+    def _get_uuid_at_path(self) -> uuid.UUID:
         node: Any = self
         try:
             for k in self.uuid_path:
