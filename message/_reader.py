@@ -210,6 +210,13 @@ class ReadCommittedIter:
         queue, deque_committed = seq.queue_uncommitted, seq.deque_committed
         for env in self._uncommitted:
             queue(env)
+            if seq._out_pos == 0 and seq._out_n == 1:
+                # One envelope committed alone, the common case: take it
+                # without two deque_committed() calls (same package, same
+                # bookkeeping as deque_committed does).
+                seq._out_pos = 1
+                yield seq._out[0]
+                continue
             while True:
                 try:
                     committed = deque_committed()

@@ -112,6 +112,7 @@ class Sequencer:
         "_partials",
         "_replay",
         "_ring",
+        "_single",
         "_size",
     )
 
@@ -129,6 +130,7 @@ class Sequencer:
             self._partials[(s.journal, pid)] = _Partial(s.journal, pid, s.last_ack, s.begin)
         # Committed envelopes ready to dequeue: self._out[self._out_pos:].
         self._out: list[Envelope] = []
+        self._single: list[Envelope] = [None]  # type: ignore[list-item]  # set before use
         self._out_n = 0  # len(self._out), kept to save a call per envelope
         self._out_pos = 0
         self._replay: _Replay | None = None
@@ -220,7 +222,9 @@ class Sequencer:
 
         if p is None:
             # No clock: at-least-once. Commits at once, and is never tracked.
-            self._out = [env]
+            single = self._single
+            single[0] = env
+            self._out = single
             self._out_n = 1
             self._out_pos = 0
             self._inflight = (None, env)
@@ -231,7 +235,11 @@ class Sequencer:
                 return False
             self._commit_span(p, clock)
         else:
-            self._out = [env]
+            # One envelope commits alone (the common case): reuse one list
+            # rather than allocate one per envelope.
+            single = self._single
+            single[0] = env
+            self._out = single
             self._out_n = 1
         self._out_pos = 0
         self._inflight = (p, env)
