@@ -170,8 +170,13 @@ def cmd_journals_trim(args: argparse.Namespace) -> int:
         raise UsageError("say what to trim: --before OFFSET and/or --older-than DURATION")
     older = _parse_duration(args.older_than) if args.older_than else None
     with _store(args) as store:
+        before = store.fragments(args.name)
         first = store.trim(args.name, before_offset=args.before, older_than=older)
-        print(f"{args.name}: first readable offset is now {first}")
+        removed = len(before) - len(store.fragments(args.name))
+        print(f"{args.name}: removed {removed} fragments; first readable offset is now {first}")
+        if not removed:
+            print("  (only whole sealed fragments are removed, never the one being written)",
+                  file=sys.stderr)
     return 0
 
 
