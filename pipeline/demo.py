@@ -86,7 +86,8 @@ def run_demo(store: Path | None = None, *, out: TextIO = sys.stdout) -> int:
     """Run the demo in ``store`` (default ``./demo-store``); returns an exit status
     (0 when every computed figure matches what the producers committed)."""
     t0 = time.monotonic()
-    root = Path(store) if store is not None else Path.cwd() / "demo-store"
+    # Absolute: Spark's JVM and workers resolve relative paths on their own.
+    root = (Path(store) if store is not None else Path("demo-store")).resolve()
     journals = root / "journals"
     _prepare(root)
     _say(out, t0, f"journal store: {root.resolve()}")
