@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-import time
+from time import time_ns as _time_ns
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from framing import Framing, framing_by_content_type
 
 from ._interfaces import MappingFunc, Message
-from ._uuid import Clock, Flags, _uuid_from_int, build_uuid, new_clock, new_producer_id
+from ._uuid import UUID_EPOCH_OFFSET as _EPOCH
+from ._uuid import Clock, Flags, _uuid_from_int, build_uuid, new_producer_id
 
 if TYPE_CHECKING:
     from journal import AppendResult, JournalClient
@@ -44,7 +45,7 @@ class Publisher:
     """
 
     __slots__ = (
-        "_client", "_clock", "_framings", "_last_commit", "_lock", "_node", "_own_clock",
+        "_client", "_clock", "_framings", "_last_commit", "_lock", "_low", "_own_clock",
         "_pending", "_producer", "_txn_base",
     )
 
@@ -55,7 +56,9 @@ class Publisher:
         if self._own_clock:
             self._clock.update()
         self._producer = new_producer_id()
-        self._node = int.from_bytes(self._producer, "big")  # the UUID's low 48 bits
+        node = int.from_bytes(self._producer, "big")
+        # The low bits of a UUID for each flag value: variant, flags, node.
+        self._low = {f: ((0x8000 | f) << 48) | node for f in Flags}
         # One lock orders "tick the clock, stamp, frame, append", so that clocks
         # increase in each journal's append order even with many threads.
         self._lock = threading.Lock()
@@ -94,17 +97,21 @@ class Publisher:
             if self._own_clock:
                 # Our own clock is touched only under self._lock, so update()
                 # and tick() fold into one step without the clock's own lock.
-                clock = max(self._clock._value, new_clock(time.time_ns())) + 1
+                clock = self._clock._value
+                wall = ((_time_ns() // 100) + _EPOCH) << 4
+                clock = (wall if wall > clock else clock) + 1
                 self._clock._value = clock
             else:
                 clock = self._clock.tick()
+            # build_uuid(), inlined, with its constant low bits (variant,
+            # flags, producer) precomputed: a sixth of the publish path.
             msg.set_uuid(
                 _uuid_from_int(
                     (((clock >> 4) & 0xFFFFFFFF) << 96)
                     | (((clock >> 36) & 0xFFFF) << 80)
                     | ((((clock >> 52) & 0x0FFF) | 0x1000) << 64)
-                    | ((((clock << 10) & 0x3C00) | flags | 0x8000) << 48)
-                    | self._node
+                    | ((clock & 0xF) << 58)
+                    | self._low[flags]
                 )
             )
             frame = framing.marshal(msg)
