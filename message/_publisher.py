@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
-from time import time_ns as _time_ns
 from concurrent.futures import Future
 from dataclasses import dataclass
+from time import time_ns as _time_ns
 from typing import TYPE_CHECKING
 
 from framing import Framing, framing_by_content_type
@@ -58,7 +58,7 @@ class Publisher:
         self._producer = new_producer_id()
         node = int.from_bytes(self._producer, "big")
         # The low bits of a UUID for each flag value: variant, flags, node.
-        self._low = {f: ((0x8000 | f) << 48) | node for f in Flags}
+        self._low: dict[int, int] = {f: ((0x8000 | f) << 48) | node for f in Flags}
         # One lock orders "tick the clock, stamp, frame, append", so that clocks
         # increase in each journal's append order even with many threads.
         self._lock = threading.Lock()
