@@ -25,8 +25,13 @@ JOURNAL = "demo/orders"
 
 
 def run_quick_demo(store: Path, out: TextIO) -> int:
-    if store.exists():
+    marker = store / "@quick-demo"
+    if store.exists() and any(store.iterdir()):
+        if not marker.exists():
+            raise ValueError(f"{store} exists and is not a demo store: pass another --store")
         shutil.rmtree(store)
+    store.mkdir(parents=True, exist_ok=True)
+    marker.write_text("created by `exactly demo --quick`; safe to delete\n")
     print(f"store: {store.resolve()}", file=out)
     with LocalJournalStore(store) as client:
         client.create(JOURNAL, {"content-type": "application/x-ndjson"})

@@ -151,3 +151,16 @@ def test_read_since_a_time(tmp_path: Path) -> None:
            .splitlines()]
     assert got == [2]
     assert len(ok(root, "read", "s/j", "--since", "1h").splitlines()) == 2
+
+
+def test_demo_refuses_to_replace_a_directory_it_did_not_create(tmp_path: Path) -> None:
+    """The demo never deletes a directory that is not one of its own stores."""
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "thesis.txt").write_text("years of work")
+    r = subprocess.run(
+        [sys.executable, "-m", "exactly", "demo", "--quick", "--store", str(precious)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 1 and "not a demo store" in r.stderr
+    assert (precious / "thesis.txt").read_text() == "years of work"
