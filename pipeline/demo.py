@@ -41,7 +41,7 @@ def _say(out: TextIO, t0: float, text: str) -> None:
 def _prepare(root: Path) -> None:
     if root.exists() and any(root.iterdir()):
         if not (root / _MARKER).exists():
-            raise SystemExit(f"{root} exists and is not a demo store; pass another directory")
+            raise ValueError(f"{root} exists and is not a demo store: pass another --store")
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
     (root / _MARKER).write_text("created by `exactly demo`; safe to delete\n")
