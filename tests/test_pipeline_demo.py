@@ -26,6 +26,6 @@ def test_demo_computes_what_the_producers_committed(spark: Any, tmp_path: Path) 
 def test_demo_refuses_to_replace_a_directory_it_did_not_create(tmp_path: Path) -> None:
     """A non-empty directory without the demo's marker is left alone."""
     (tmp_path / "precious.txt").write_text("keep me")
-    with pytest.raises(SystemExit, match="not a demo store"):
+    with pytest.raises(ValueError, match="not a demo store"):
         run_demo(tmp_path, out=io.StringIO())
     assert (tmp_path / "precious.txt").read_text() == "keep me"
