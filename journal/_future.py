@@ -68,6 +68,44 @@ class AppendFuture(Future[T], Generic[T]):
                 return True
         return super().set_running_or_notify_cancel()
 
+    @staticmethod
+    def start_all(futures: list[Future[Any]]) -> list[bool]:
+        """``set_running_or_notify_cancel()`` of each future, taking the
+        creation lock once for all those that have no Condition."""
+        started: list[bool | None] = []
+        with _MAKE:
+            for f in futures:
+                if type(f) is AppendFuture and f._cond is None and f._state == PENDING:
+                    f._state = RUNNING
+                    started.append(True)
+                else:
+                    started.append(None)
+        return [
+            f.set_running_or_notify_cancel() if s is None else s
+            for f, s in zip(futures, started, strict=True)
+        ]
+
+    @staticmethod
+    def resolve_all(futures: list[Future[Any]], outcomes: list[Any]) -> None:
+        """Set each future's result, or its exception if the outcome is one,
+        taking the creation lock once for all those that have no Condition."""
+        slow = []
+        with _MAKE:
+            for f, outcome in zip(futures, outcomes, strict=True):
+                if type(f) is AppendFuture and f._cond is None and f._state == RUNNING:
+                    if isinstance(outcome, BaseException):
+                        f._exception = outcome
+                    else:
+                        f._result = outcome
+                    f._state = FINISHED
+                else:
+                    slow.append((f, outcome))
+        for f, outcome in slow:
+            if isinstance(outcome, BaseException):
+                f.set_exception(outcome)
+            else:
+                f.set_result(outcome)
+
     def set_result(self, result: T) -> None:
         if not self._resolve_fast(result, None):
             super().set_result(result)

@@ -185,17 +185,17 @@ class JournalWriter:
         first_seq = self._taken + 1
         self._taken += len(batch)
         # An append cancelled before its batch started is not written.
-        live = [(i, p) for i, p in enumerate(batch) if p[1].set_running_or_notify_cancel()]
+        started = AppendFuture.start_all([fut for _, fut in batch])
+        live = [(i, p) for (i, p), ok in zip(enumerate(batch), started, strict=True) if ok]
         outcomes = self._write_batch([p for _, p in live]) if live else []
         if any(not isinstance(o, BaseException) for o in outcomes):
             self._on_commit()  # Wake following readers first: the bytes are committed.
-        failures: list[tuple[int, BaseException]] = []
-        for (i, (_, fut)), outcome in zip(live, outcomes, strict=True):
-            if isinstance(outcome, BaseException):
-                fut.set_exception(outcome)
-                failures.append((first_seq + i, outcome))
-            else:
-                fut.set_result(outcome)
+        failures = [
+            (first_seq + i, outcome)
+            for (i, _), outcome in zip(live, outcomes, strict=True)
+            if isinstance(outcome, BaseException)
+        ]
+        AppendFuture.resolve_all([fut for _, (_, fut) in live], outcomes)
         with self._lock:
             self._resolved += len(batch)
             self._failures.extend(failures)
