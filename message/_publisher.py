@@ -6,7 +6,7 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 from time import time_ns as _time_ns
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from framing import Framing, framing_by_content_type
 
@@ -16,6 +16,10 @@ from ._uuid import Clock, Flags, _uuid_from_int, build_uuid, new_producer_id
 
 if TYPE_CHECKING:
     from journal import AppendResult, JournalClient
+
+# Plain ints, not Flags members: an IntEnum hashes through Python code.
+_OUTSIDE: Final = int(Flags.OUTSIDE_TXN)
+_CONTINUE: Final = int(Flags.CONTINUE_TXN)
 
 
 @dataclass(slots=True)
@@ -58,7 +62,7 @@ class Publisher:
         self._producer = new_producer_id()
         node = int.from_bytes(self._producer, "big")
         # The low bits of a UUID for each flag value: variant, flags, node.
-        self._low: dict[int, int] = {f: ((0x8000 | f) << 48) | node for f in Flags}
+        self._low: dict[int, int] = {int(f): ((0x8000 | f) << 48) | node for f in Flags}
         # One lock orders "tick the clock, stamp, frame, append", so that clocks
         # increase in each journal's append order even with many threads.
         self._lock = threading.Lock()
@@ -116,7 +120,7 @@ class Publisher:
             )
             frame = framing.marshal(msg)
             future = self._client.append(journal, frame)
-            if flags == Flags.CONTINUE_TXN:
+            if flags == _CONTINUE:
                 if journal not in self._pending:
                     self._pending[journal] = msg
                     # A reader that never saw this producer in the journal
@@ -133,7 +137,7 @@ class Publisher:
         it with a fresh OUTSIDE_TXN UUID, frames it and appends it. Safe for
         concurrent use. The future resolves when the append is durable.
         """
-        return self._publish(mapping, msg, Flags.OUTSIDE_TXN)
+        return self._publish(mapping, msg, _OUTSIDE)
 
     def publish_uncommitted(self, mapping: MappingFunc, msg: Message) -> Future[AppendResult]:
         """Publish ``msg`` as part of this Publisher's open transaction.
@@ -141,7 +145,7 @@ class Publisher:
         It is read-committed only once the transaction's ACK intents are
         written. The journal is remembered for the next ``build_ack_intents``.
         """
-        return self._publish(mapping, msg, Flags.CONTINUE_TXN)
+        return self._publish(mapping, msg, _CONTINUE)
 
     def _intents(self, rollback: bool) -> list[AckIntent]:
         with self._lock:
