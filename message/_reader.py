@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from framing import FramingError, TruncatedFrameError, framing_by_content_type
 
@@ -54,7 +54,31 @@ class _OffsetTracker:
         return data
 
 
-class ReadUncommittedIter:
+class _EnvelopeIter:
+    """What both iterators share: iteration runs the generator ``_gen``
+    (``iter()`` returns it, so a ``for`` loop resumes it directly), and
+    closing stops it."""
+
+    _gen: Generator[Envelope, None, None]
+
+    def __iter__(self) -> Iterator[Envelope]:
+        return self._gen
+
+    def __next__(self) -> Envelope:
+        return next(self._gen)
+
+    def close(self) -> None:
+        """Stop reading and release the journal reader."""
+        self._gen.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ReadUncommittedIter(_EnvelopeIter):
     """Iterates every framed message of ``journal`` as an :class:`Envelope`:
     duplicates, and transactions never committed or rolled back, included.
 
@@ -138,24 +162,9 @@ class ReadUncommittedIter:
         self.skipped += 1
         log.warning("skipped a corrupt frame of %s at offset %d: %s", self.spec.name, offset, exc)
 
-    def __iter__(self) -> Iterator[Envelope]:
-        return self._gen
-
-    def __next__(self) -> Envelope:
-        return next(self._gen)
-
-    def close(self) -> None:
-        """Stop reading and release the journal reader."""
-        self._gen.close()
-
-    def __enter__(self) -> ReadUncommittedIter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
-class ReadCommittedIter:
+class ReadCommittedIter(_EnvelopeIter):
     """Iterates the committed messages of ``journal``: a ReadUncommittedIter
     composed with a :class:`Sequencer`, which replays what it needs itself.
 
@@ -244,19 +253,7 @@ class ReadCommittedIter:
         offsets[self._journal] = inflight[1] if inflight is not None else self._uncommitted.offset
         return Checkpoint(offsets, states)
 
-    def __iter__(self) -> Iterator[Envelope]:
-        return self._gen
-
-    def __next__(self) -> Envelope:
-        return next(self._gen)
-
     def close(self) -> None:
         """Stop reading and release the journal reader."""
-        self._gen.close()
+        super().close()
         self._uncommitted.close()
-
-    def __enter__(self) -> ReadCommittedIter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
