@@ -7,7 +7,8 @@ Options (all strings, as Spark passes them):
 ``journal``            one journal, or
 ``selector``           a label selector (``"app=clicks"``; ``prefix=a/`` matches names)
 ``schema``             content columns: a DDL string (``"page string, n long"``) or a
-                       StructType's JSON; none with ``proto_class`` means all scalars
+                       StructType's JSON; none with ``proto_class`` means all scalars;
+                       none at all infers NDJSON fields from the journals' first MiB
 ``isolation``          ``read_committed`` (default) or ``read_uncommitted``
 ``splits_per_journal`` tasks per journal (``auto``: one per 64 MiB, at most 8)
 ``uuid_path``          NDJSON: where the UUID lives (default ``_meta/uuid``)
@@ -26,6 +27,7 @@ Options (all strings, as Spark passes them):
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -47,6 +49,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from framing import CONTENT_TYPE_JSON_LINES
 from journal import JournalSpec, LocalJournalStore
 
 from ._content import META_DDL, META_NAMES, ContentSpec, proto_content_ddl
@@ -76,7 +79,51 @@ def content_ddl(options: Mapping[str, str]) -> str:
         return ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in st.fields)
     if not schema and options.get("proto_class"):
         return proto_content_ddl(options["proto_class"], options.get("uuid_field", "uuid"))
+    if not schema:
+        return _inferred_ddl(options)
     return schema
+
+
+#: Bytes at the start of each journal that schema inference looks at.
+INFER_BYTES: Final = 1 << 20
+_INFERRED_TYPES: Final = {
+    pa.int64(): "bigint", pa.float64(): "double", pa.bool_(): "boolean", pa.string(): "string",
+}
+
+
+def _inferred_ddl(options: Mapping[str, str]) -> str:
+    """Content columns inferred, as ``spark.read.json`` would, from the first
+    documents of the NDJSON journals read: the top-level scalar fields (nested
+    ones, and the UUID's own field, are left out). Empty when nothing can be
+    inferred; name the columns with the ``schema`` option to be sure."""
+    from pyarrow import json as pa_json
+
+    root = options.get("root")
+    if not root or not os.path.isdir(root):
+        return ""
+    skip = next((p for p in options.get("uuid_path", "_meta/uuid").split("/") if p), "")
+    columns: dict[str, str] = {}
+    try:
+        with LocalJournalStore(root) as store:
+            for spec in _journals(store, options)[:16]:
+                if spec.content_type != CONTENT_TYPE_JSON_LINES:
+                    continue
+                with store.read(spec.name, 0, min(store.head(spec.name), INFER_BYTES)) as r:
+                    data = b"".join(iter(lambda r=r: r.read(1 << 20), b""))
+                data = data[: data.rfind(b"\n") + 1]
+                if not data:
+                    continue
+                table = pa_json.read_json(io.BytesIO(data))
+                for f in table.schema:
+                    # Arrow takes ISO-8601 strings for timestamps: keep them as text.
+                    ddl = "string" if pa.types.is_timestamp(f.type) else _INFERRED_TYPES.get(f.type)
+                    if f.name == skip or ddl is None:
+                        continue
+                    # A field seen with two types is read as a string.
+                    columns[f.name] = ddl if columns.get(f.name, ddl) == ddl else "string"
+    except (pa.ArrowInvalid, OSError, ValueError):
+        return ""  # inference is a convenience: it never fails a read
+    return ", ".join(f"`{name}` {ddl}" for name, ddl in columns.items())
 
 
 def content_spec(options: Mapping[str, str], schema: StructType) -> ContentSpec:

@@ -330,3 +330,24 @@ def test_offsets_are_json(tmp_path: Path) -> None:
     offset = {"offsets": {"j": 10}, "states": {"j": encode_states(states)}}
     assert states_of(json.loads(json.dumps(offset)), "j") == states
 
+
+
+def test_content_columns_are_inferred_without_a_schema(spark: Any, tmp_path: Path) -> None:
+    """With no schema option, NDJSON fields become columns, as spark.read.json would
+    infer them: scalars typed, the UUID's _meta left out, mixed types as strings."""
+    with LocalJournalStore(tmp_path) as store:
+        store.create("i/a", NDJSON)
+        store.create("i/b", NDJSON)
+        pub = Publisher(store)
+        pub.publish_committed(lambda d: ("i/a", "application/x-ndjson"),
+                              JsonDocument(page="/a", n=1, ok=True, nested={"x": 1})).result()
+        pub.publish_committed(lambda d: ("i/b", "application/x-ndjson"),
+                              JsonDocument(page="/b", n="two", ratio=0.5)).result()
+    df = (spark.read.format("journal").option("root", str(tmp_path))
+          .option("selector", "prefix=i/").load())
+    types = dict(df.dtypes)
+    assert types["page"] == "string" and types["ok"] == "boolean" and types["ratio"] == "double"
+    assert types["n"] == "string"  # a number in one journal, a string in the other
+    assert "_meta" not in types and "nested" not in types
+    rows = sorted((r.journal, r.page, r.n) for r in df.collect())
+    assert rows == [("i/a", "/a", "1"), ("i/b", "/b", "two")]
