@@ -20,6 +20,8 @@ Options (all strings, as Spark passes them):
 ``starting_offsets``   streaming reads: ``earliest`` (default) or ``latest``
 ``prune_horizon``      streaming reads: forget producers idle this many seconds
                        (default 86400) relative to a journal's newest
+``content_type``       writes to a journal that does not exist yet create it with
+                       this framing: ``ndjson`` (default), ``csv`` or ``proto``
 ``include_acks``       ``true`` (default): rows are exactly what a Sequencer emits,
                        ACK_TXN messages included; ``false`` leaves them out
 =====================  ==========================================================
@@ -49,8 +51,8 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
-from framing import CONTENT_TYPE_JSON_LINES
-from journal import JournalSpec, LocalJournalStore
+from framing import CONTENT_TYPE_CSV, CONTENT_TYPE_JSON_LINES, CONTENT_TYPE_PROTO_FIXED
+from journal import JournalNotFoundError, JournalSpec, LocalJournalStore
 
 from ._content import META_DDL, META_NAMES, ContentSpec, proto_content_ddl
 from ._scan import READ_COMMITTED, READ_UNCOMMITTED, read_journal
@@ -279,8 +281,34 @@ def _target(options: Mapping[str, str], schema: StructType) -> Target:
     )
 
 
+def _create_target_journal(options: Mapping[str, str]) -> None:
+    """A write to one named journal creates the store and the journal if
+    they do not exist yet (NDJSON unless ``content_type`` says otherwise),
+    as a Spark write to a new path creates it. A selector names journals
+    that must exist: their partitioning is the user's to decide."""
+    root, journal = options.get("root"), options.get("journal")
+    if not root or not journal or options.get("selector") is not None:
+        return
+    os.makedirs(root, exist_ok=True)
+    with LocalJournalStore(root) as store:
+        try:
+            store.get(journal)
+        except JournalNotFoundError:
+            ct = options.get("content_type") or CONTENT_TYPE_JSON_LINES
+            store.create(journal, {"content-type": _CONTENT_TYPES.get(ct, ct)})
+
+
+_CONTENT_TYPES: Final = {
+    "ndjson": CONTENT_TYPE_JSON_LINES,
+    "json": CONTENT_TYPE_JSON_LINES,
+    "csv": CONTENT_TYPE_CSV,
+    "proto": CONTENT_TYPE_PROTO_FIXED,
+}
+
+
 class JournalWriter(DataSourceArrowWriter):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        _create_target_journal(options)
         self.target = _target(options, schema)
         recover(self.target.root)
         with LocalJournalStore(self.target.root) as store:
@@ -377,6 +405,7 @@ class JournalStreamReader(DataSourceStreamReader):
 
 class JournalStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
+        _create_target_journal(options)
         self.target = _target(options, schema)
         self.sink_id = options.get("sink_id") or sink_id_of(self.target)
         recover(self.target.root)

@@ -351,3 +351,23 @@ def test_content_columns_are_inferred_without_a_schema(spark: Any, tmp_path: Pat
     assert "_meta" not in types and "nested" not in types
     rows = sorted((r.journal, r.page, r.n) for r in df.collect())
     assert rows == [("i/a", "/a", "1"), ("i/b", "/b", "two")]
+
+
+def test_write_creates_a_missing_store_and_journal(spark: Any, tmp_path: Path) -> None:
+    """Writing to a journal that does not exist creates the store and the journal
+    (NDJSON by default, or the content_type option), then reads back exactly once."""
+    root = tmp_path / "fresh"
+    df = spark.createDataFrame([(f"w{i}", i) for i in range(5)], "s string, n long")
+    df.write.format("journal").option("root", str(root)).option("journal", "new/j") \
+        .mode("append").save()
+    df.write.format("journal").option("root", str(root)).option("journal", "new/c") \
+        .option("content_type", "csv").mode("append").save()
+    with LocalJournalStore(root) as store:
+        assert store.get("new/j").content_type == "application/x-ndjson"
+        assert store.get("new/c").content_type == "text/csv"
+    back = (spark.read.format("journal").option("root", str(root)).option("journal", "new/j")
+            .option("include_acks", "false").load())
+    assert sorted((r.s, r.n) for r in back.collect()) == [(f"w{i}", i) for i in range(5)]
+    csv = (spark.read.format("journal").option("root", str(root)).option("journal", "new/c")
+           .option("schema", "s string, n long").option("include_acks", "false").load())
+    assert sorted((r.s, r.n) for r in csv.collect()) == [(f"w{i}", i) for i in range(5)]
