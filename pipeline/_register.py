@@ -24,8 +24,12 @@ def local_session(
     with this package installed), with the ``journal`` source registered."""
     # Workers are started by the JVM: without this they would run whichever
     # ``python3`` is first on PATH, which may lack this package.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    if master.startswith("local"):
+        # Everything is on this machine: bind to loopback rather than warn
+        # about which interface the host name resolves to.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = (
         SparkSession.builder.master(master)
         .appName(app)
@@ -34,6 +38,7 @@ def local_session(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.log.level", "ERROR")
     )
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
