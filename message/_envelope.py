@@ -42,7 +42,3 @@ class ProducerState:
     producer: bytes
     last_ack: int
     begin: int
-
-    @property
-    def journal_producer(self) -> JournalProducer:
-        return JournalProducer(self.journal, self.producer)

@@ -360,16 +360,11 @@ class Sequencer:
             raise ReplayError(problem, journal=r.journal, begin=r.begin, end=r.end)
 
     def replay_range(self) -> tuple[int, int]:
-        """``[begin, end)`` offsets of the journal to replay."""
+        """``[begin, end)`` offsets of the journal to replay (the journal is
+        the ``journal`` of the :class:`MustStartReplay` raised)."""
         if self._replay is None:
             raise RuntimeError("no replay is needed")
         return self._replay.begin, self._replay.end
-
-    def replay_journal(self) -> str:
-        """The journal to replay."""
-        if self._replay is None:
-            raise RuntimeError("no replay is needed")
-        return self._replay.journal
 
     def start_replay(self, it: Iterable[Envelope]) -> None:
         """Read the envelopes of :meth:`replay_range` from ``it`` (read-uncommitted)."""
