@@ -21,7 +21,7 @@ from uuid import UUID
 
 import uuid6
 
-from ._uuid import _uuid_from_int
+from ._uuid import UUID_INT_OF, _uuid_from_int
 
 NIL_UUID = uuid.UUID(int=0)
 
@@ -72,8 +72,25 @@ class JsonDocument(dict[str, Any]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.uuid_path != ("_meta", "uuid") and "get_uuid" not in vars(cls):
+        if "get_uuid" in vars(cls):
+            return  # its own get_uuid decides: no shortcut for the Sequencer
+        if cls.uuid_path != ("_meta", "uuid"):
             cls.get_uuid = JsonDocument._get_uuid_at_path  # type: ignore[method-assign]
+        else:
+            UUID_INT_OF[cls] = JsonDocument._uuid_int
+
+    def _uuid_int(self) -> int:
+        """get_uuid().int without building the UUID (see UUID_INT_OF)."""
+        try:
+            value = self["_meta"]["uuid"]
+        except (KeyError, TypeError, IndexError):
+            return 0
+        if type(value) is str and len(value) == 36:
+            try:
+                return int(value.replace("-", ""), 16)
+            except ValueError:
+                return 0
+        return _as_uuid(value).int
 
     def get_uuid(self) -> uuid.UUID:
         # The default path, spelled out: a reader calls this once per message.
@@ -251,3 +268,6 @@ def proto_message_type(pb_class: Any, uuid_field: str = "uuid") -> type[ProtoMes
             "uuid_as_bytes": fd.type == fd.TYPE_BYTES,
         },
     )
+
+
+UUID_INT_OF[JsonDocument] = JsonDocument._uuid_int

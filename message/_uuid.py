@@ -26,7 +26,8 @@ import os
 import threading
 import time
 import uuid
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
 #: Offset between the UUID epoch (1582-10-15) and the Unix epoch, in 100 ns.
 UUID_EPOCH_OFFSET: Final = 122192928000000000
@@ -49,6 +50,11 @@ class Flags(enum.IntEnum):
     #: Acknowledges (commits) the producer's preceding CONTINUE_TXN messages
     #: whose clocks are not larger than its own.
     ACK_TXN = 0x2
+
+
+#: Message types that can give their UUID as an int without building a
+#: ``uuid.UUID`` (the Sequencer needs only the int): type -> function.
+UUID_INT_OF: dict[type, Callable[[Any], int]] = {}
 
 
 def new_producer_id() -> bytes:
