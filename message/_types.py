@@ -46,6 +46,16 @@ def _uuid_from_str(s: str) -> uuid.UUID:
         return NIL_UUID
 
 
+def _int_of(value: object) -> int:
+    """``_as_uuid(value).int``, without building the UUID for the canonical form."""
+    if type(value) is str and len(value) == 36:
+        try:
+            return int(value.replace("-", ""), 16)
+        except ValueError:
+            return 0
+    return _as_uuid(value).int
+
+
 def _as_uuid(value: object) -> uuid.UUID:
     if type(value) is str:
         return _uuid_from_str(value) if value else NIL_UUID
@@ -85,12 +95,7 @@ class JsonDocument(dict[str, Any]):
             value = self["_meta"]["uuid"]
         except (KeyError, TypeError, IndexError):
             return 0
-        if type(value) is str and len(value) == 36:
-            try:
-                return int(value.replace("-", ""), 16)
-            except ValueError:
-                return 0
-        return _as_uuid(value).int
+        return _int_of(value)
 
     def get_uuid(self) -> uuid.UUID:
         # The default path, spelled out: a reader calls this once per message.
@@ -188,6 +193,9 @@ class CSVRecord(list[str]):
     def get_uuid(self) -> uuid.UUID:
         return _as_uuid(self[0]) if self else NIL_UUID
 
+    def _uuid_int(self) -> int:
+        return _int_of(self[0]) if self else 0
+
     def set_uuid(self, u: uuid.UUID) -> None:
         if self:
             self[0] = str(u)
@@ -228,6 +236,12 @@ class ProtoMessage:
     def get_uuid(self) -> uuid.UUID:
         return _as_uuid(getattr(self.pb, self.uuid_field))
 
+    def _uuid_int(self) -> int:
+        value = getattr(self.pb, self.uuid_field)
+        if type(value) is bytes:
+            return int.from_bytes(value, "big") if len(value) == 16 else 0
+        return _int_of(value)
+
     def set_uuid(self, u: uuid.UUID) -> None:
         setattr(self.pb, self.uuid_field, u.bytes if self.uuid_as_bytes else str(u))
 
@@ -258,7 +272,7 @@ def proto_message_type(pb_class: Any, uuid_field: str = "uuid") -> type[ProtoMes
         raise ValueError(f"{pb_class.DESCRIPTOR.full_name} has no field {uuid_field!r}")
     if fd.type not in (fd.TYPE_BYTES, fd.TYPE_STRING):
         raise ValueError(f"{pb_class.DESCRIPTOR.full_name}.{uuid_field} must be bytes or string")
-    return type(
+    cls = type(
         pb_class.DESCRIPTOR.name,
         (ProtoMessage,),
         {
@@ -268,6 +282,9 @@ def proto_message_type(pb_class: Any, uuid_field: str = "uuid") -> type[ProtoMes
             "uuid_as_bytes": fd.type == fd.TYPE_BYTES,
         },
     )
+    UUID_INT_OF[cls] = ProtoMessage._uuid_int
+    return cls
 
 
 UUID_INT_OF[JsonDocument] = JsonDocument._uuid_int
+UUID_INT_OF[CSVRecord] = CSVRecord._uuid_int

@@ -130,3 +130,37 @@ def test_sortable_uuid_orders_by_clock() -> None:
     assert all(x.version == 6 for x in v6)
     assert [v.bytes for v in v6] == sorted(v.bytes for v in v6)
     assert [get_clock(u) for u in us] == sorted(get_clock(u) for u in us)
+
+
+@pytest.mark.parametrize(
+    "msg",
+    [
+        JsonDocument(_meta={"uuid": str(U)}),
+        JsonDocument(_meta={"uuid": U}),
+        JsonDocument(_meta={"uuid": "{" + str(U) + "}"}),
+        JsonDocument(_meta={"uuid": "garbage-but-36-characters-long-xxxxx"}),
+        JsonDocument(),
+        CSVRecord([str(U), "x"]),
+        CSVRecord(["nope"]),
+        CSVRecord(),
+        proto_message_type(examples_pb2.PageView)(uuid=U.bytes),
+        proto_message_type(examples_pb2.PageView)(uuid=b"short"),
+        proto_message_type(examples_pb2.PageViewText)(uuid=str(U)),
+    ],
+)
+def test_uuid_int_shortcut_agrees_with_get_uuid(msg) -> None:
+    """The Sequencer's int shortcut for ready-made types gives get_uuid().int."""
+    from message._uuid import UUID_INT_OF
+
+    assert UUID_INT_OF[type(msg)](msg) == msg.get_uuid().int
+
+
+def test_subclass_with_its_own_get_uuid_gets_no_shortcut() -> None:
+    """A JsonDocument subclass that overrides get_uuid is asked through it."""
+    from message._uuid import UUID_INT_OF
+
+    class Custom(JsonDocument):
+        def get_uuid(self) -> uuid.UUID:
+            return U
+
+    assert Custom not in UUID_INT_OF and document_type("x/y") not in UUID_INT_OF
