@@ -155,8 +155,8 @@ class Sequencer:
         if self._out_pos < self._out_n or self._replay is not None:
             raise RuntimeError("committed messages remain to dequeue")
         msg = env.message
-        fast = _UUID_INT.get(type(msg))
-        i = msg.get_uuid().int if fast is None else fast(msg)
+        t = type(msg)
+        i = _UUID_INT[t](msg) if t in _UUID_INT else msg.get_uuid().int
         # get_clock(), inlined: this is the hottest line of the read path.
         clock = (
             (((i >> 64) & 0x0FFF) << 52)
