@@ -125,6 +125,8 @@ def run(scale: float) -> list[Result]:
         Result("spark: json + dropDuplicates(uuid) vs spark.read.json",
                rows / times["dedup"], "rows/s", baseline_name="spark.read.json",
                baseline=json_rate),
-        Result("spark: dropDuplicates(uuid) rows that were never committed",
-               counts["dedup"] - committed, "rows", target=0, higher_is_better=False),
+        # Not a target of ours: how wrong the naive approach is (the journal
+        # source returns none of these rows; the Spark tests check that).
+        Result("spark: naive dropDuplicates(uuid) keeps uncommitted rows",
+               counts["dedup"] - committed, "rows"),
     ]
