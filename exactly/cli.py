@@ -2,7 +2,8 @@
 
 Every subcommand works on a journal store directory: ``--root``, or the
 ``EXACTLY_ROOT`` environment variable, or ``./exactly-store``. User mistakes
-print one line, ``exactly: error: ...``, and exit with status 1.
+print one line, ``exactly: error: ...``, and exit with status 1 (status 2,
+still one line, for a malformed command line).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import orjson
 
@@ -388,8 +389,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # -- parser -----------------------------------------------------------------------
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line, like every other
+    error (argparse alone prints the usage block first). Subcommand parsers
+    inherit it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="exactly",
         description="Exactly-once messaging over append-only journals.",
     )
