@@ -8,10 +8,11 @@ from that checkpoint yields exactly the committed envelopes not yet yielded.
 
 from __future__ import annotations
 
+import io
 import logging
 from collections import deque
 from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, cast
 
 from framing import FramingError, TruncatedFrameError, framing_by_content_type
 
@@ -115,7 +116,34 @@ class ReadUncommittedIter(_EnvelopeIter):
         self._start = offset
         self._last: Envelope | None = None
         self._reader = client.read(journal, offset, end_offset, block=block)
-        self._gen = self._generate()
+        bulk = hasattr(self._framing, "read_frames") and hasattr(self._framing, "unmarshal_frame")
+        self._gen = self._generate() if bulk else self._generate_per_frame()
+
+    def _generate_per_frame(self) -> Generator[Envelope, None, None]:
+        """For a framing with only the Framing protocol's new_unmarshal_func:
+        frame offsets come from the buffered reader's position, which is the
+        journal offset (it follows retention jumps too)."""
+        spec, new_message = self.spec, self._new_message
+        r = io.BufferedReader(cast(io.RawIOBase, self._reader))
+        unmarshal = self._framing.new_unmarshal_func(r)
+        try:
+            while True:
+                begin = r.tell()
+                msg = new_message(spec)
+                try:
+                    unmarshal(msg)
+                except EOFError:
+                    return
+                except TruncatedFrameError as exc:
+                    self._corrupt(exc, begin)
+                    return
+                except FramingError as exc:
+                    self._corrupt(exc, begin)
+                    continue
+                env = self._last = Envelope(spec, begin, r.tell(), msg)
+                yield env
+        finally:
+            self._reader.close()
 
     def _generate(self) -> Generator[Envelope, None, None]:
         spec, new_message = self.spec, self._new_message

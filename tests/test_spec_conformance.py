@@ -1332,9 +1332,6 @@ def test_register_framing() -> None:
     assert f.marshal({"text": "hi"}) == b"HI\n"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "message: ReadUncommittedIter needs read_frames/unmarshal_frame, beyond SPEC's Framing"
-    " protocol (content_type, marshal, new_unmarshal_func)"))
 def test_register_framing_used_by_journals(store: LocalJournalStore) -> None:
     """A registered framing serves journals whose content-type label names it."""
     register_framing(UpperFraming())
@@ -1342,6 +1339,9 @@ def test_register_framing_used_by_journals(store: LocalJournalStore) -> None:
     store.append("custom/a", b"ONE\nTWO\n").result()
     got = list(ReadUncommittedIter(store, "custom/a", lambda s: NoUUID()))
     assert [e.message["text"] for e in got] == ["ONE", "TWO"]
+    assert [(e.begin, e.end) for e in got] == [(0, 4), (4, 8)]
+    committed = list(ReadCommittedIter(store, "custom/a", lambda s: NoUUID(), offset=4))
+    assert [(e.begin, e.message["text"]) for e in committed] == [(4, "TWO")]
 
 
 def frames_of(ct: str) -> tuple[Any, list[bytes], Any]:
