@@ -85,6 +85,10 @@ def build_uuid(producer: bytes, clock: int, flags: int) -> uuid.UUID:
         raise ValueError(f"producer must be 6 bytes, not {len(producer)}")
     if flags > _MAX_FLAGS or flags < 0:
         raise ValueError(f"flags must be in 0..0x3ff, not {flags:#x}")
+    if clock >> 64 or clock < 0:
+        # A Clock is 64 bits; more would be cut silently, maybe down to the
+        # clock 0 that opts a message out of exactly-once.
+        raise ValueError(f"clock must be in 0..2**64-1, not {clock}")
     return _uuid_from_int(
         (((clock >> 4) & 0xFFFFFFFF) << 96)
         | (((clock >> 36) & 0xFFFF) << 80)

@@ -324,3 +324,11 @@ def test_update_property(ns: int, ticks: int, later: int) -> None:
     assert current == new_clock(ns) + ticks
     clock.update(max(0, ns + later))
     assert clock.value == max(current, new_clock(max(0, ns + later)))
+
+
+def test_build_uuid_rejects_clocks_beyond_64_bits() -> None:
+    """A clock outside 0..2**64-1 is a ValueError, not silently truncated."""
+    build_uuid(b"\x01" * 6, (1 << 64) - 1, 0)
+    for bad in (1 << 64, -1):
+        with pytest.raises(ValueError):
+            build_uuid(b"\x01" * 6, bad, 0)
