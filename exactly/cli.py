@@ -157,8 +157,8 @@ def cmd_journals_list(args: argparse.Namespace) -> int:
         for spec in specs:
             head = store.head(spec.name)
             if args.json:
-                labels = {k: list(spec.labels.values(k)) for k in spec.labels}
-                print(orjson.dumps({"name": spec.name, "head": head, "labels": labels}).decode())
+                doc = {"name": spec.name, "head": head, "labels": spec.labels.to_dict()}
+                print(orjson.dumps(doc).decode())
             else:
                 print(f"{spec.name}\t{spec.content_type or '-'}\t{head} bytes")
         if not specs and not args.json:

@@ -164,3 +164,14 @@ def test_demo_refuses_to_replace_a_directory_it_did_not_create(tmp_path: Path) -
     )
     assert r.returncode == 1 and "not a demo store" in r.stderr
     assert (precious / "thesis.txt").read_text() == "years of work"
+
+
+def test_journals_list_json(tmp_path: Path) -> None:
+    """journals list --json prints one document per journal, labels as lists."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "c/a", "-l", "topic=clicks")
+    docs = [json.loads(x) for x in ok(root, "journals", "list", "-s", "topic=clicks",
+                                      "--json").splitlines()]
+    assert docs == [{"name": "c/a", "head": 0,
+                     "labels": {"content-type": ["application/x-ndjson"],
+                                "topic": ["clicks"]}}]
