@@ -184,32 +184,80 @@ def cmd_journals_trim(args: argparse.Namespace) -> int:
 # -- append -----------------------------------------------------------------------
 
 
-def _input_messages(spec: Any, lines: Iterator[bytes], fmt: str) -> Iterator[tuple[int, Any]]:
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
+def _check_int(text: str) -> int:
+    """An integer of a JSON line, refused when it does not fit in 64 bits: orjson
+    (which frames the journal) would turn it into a float, losing digits."""
+    value = int(text)
+    if not -(1 << 63) <= value < (1 << 64):
+        raise UsageError(f"the integer {text} does not fit in 64 bits (quote it as a string)")
+    return value
+
+
+def _decode_line(n: int, line: bytes) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"line {n}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def _csv_records(lines: Iterator[bytes]) -> Iterator[tuple[int, list[str]]]:
+    """RFC 4180 records of CSV input lines: a record whose quoted field holds a
+    newline spans several lines; a quote left open at the end is an error."""
     import csv
+
+    first, pending = 0, ""
+    for n, raw in enumerate(lines, 1):
+        text = _decode_line(n, raw)
+        if not pending:
+            first = n
+            if not text.strip():
+                continue
+        pending += text
+        if pending.count('"') % 2:
+            continue  # inside a quoted field: the record goes on
+        try:
+            fields = next(csv.reader([pending.rstrip("\r\n")], strict=True))
+        except csv.Error as exc:
+            raise UsageError(f"line {first}: not a CSV record ({exc})") from None
+        pending = ""
+        yield first, fields
+    if pending:
+        raise UsageError(f"line {first}: a quoted CSV field is never closed")
+
+
+def _input_messages(spec: Any, lines: Iterator[bytes], fmt: str) -> Iterator[tuple[int, Any]]:
+    import json
 
     from message import CSVRecord, JsonDocument
 
     ct = spec.content_type
+    if ct == CONTENT_TYPES["csv"]:
+        for n, fields in _csv_records(lines):
+            yield n, CSVRecord(["", *fields])
+        return
+    if ct != CONTENT_TYPES["ndjson"]:
+        raise UsageError(f"cannot append text lines to {spec.name} ({ct or 'no content-type'})")
     for n, raw in enumerate(lines, 1):
         line = raw.rstrip(b"\r\n")
         if not line.strip():
             continue
-        if ct == CONTENT_TYPES["ndjson"]:
-            if fmt == "lines":
-                yield n, JsonDocument(text=line.decode("utf-8", "replace"))
-                continue
-            try:
-                doc = orjson.loads(line)
-            except orjson.JSONDecodeError as exc:
-                raise UsageError(f"line {n}: not a JSON document ({exc})") from None
-            if not isinstance(doc, dict):
-                raise UsageError(f"line {n}: a JSON object is needed, not {type(doc).__name__}")
-            yield n, JsonDocument(doc)
-        elif ct == CONTENT_TYPES["csv"]:
-            fields = next(csv.reader([line.decode("utf-8", "replace")]))
-            yield n, CSVRecord(["", *fields])
-        else:
-            raise UsageError(f"cannot append text lines to {spec.name} ({ct or 'no content-type'})")
+        if fmt == "lines":
+            yield n, JsonDocument(text=_decode_line(n, line))
+            continue
+        try:
+            doc = orjson.loads(line)
+            if _LONG_DIGITS.search(line):
+                json.loads(line, parse_int=_check_int)
+        except orjson.JSONDecodeError as exc:
+            raise UsageError(f"line {n}: not a JSON document ({exc})") from None
+        except UsageError as exc:
+            raise UsageError(f"line {n}: {exc}") from None
+        if not isinstance(doc, dict):
+            raise UsageError(f"line {n}: a JSON object is needed, not {type(doc).__name__}")
+        yield n, JsonDocument(doc)
 
 
 def cmd_append(args: argparse.Namespace) -> int:

@@ -175,3 +175,45 @@ def test_journals_list_json(tmp_path: Path) -> None:
     assert docs == [{"name": "c/a", "head": 0,
                      "labels": {"content-type": ["application/x-ndjson"],
                                 "topic": ["clicks"]}}]
+
+
+def test_append_refuses_integers_beyond_64_bits(tmp_path: Path) -> None:
+    """An integer that JSON framing would turn into a float is refused, not rounded."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "j/x")
+    r = run(root, "append", "j/x", input='{"n": 123456789012345678901234567890}\n')
+    assert r.returncode == 1 and r.stderr.startswith("exactly: error: line 1:")
+    assert "64 bits" in r.stderr
+    ok(root, "append", "j/x", input='{"n": 18446744073709551615, "m": -9223372036854775808, '
+                                    '"s": "12345678901234567890"}\n')
+    [doc] = [json.loads(x)["message"] for x in ok(root, "read", "j/x").splitlines()]
+    assert (doc["n"], doc["m"], doc["s"]) == (2**64 - 1, -(2**63), "12345678901234567890")
+
+
+def test_append_refuses_bytes_that_are_not_utf8(tmp_path: Path) -> None:
+    """Input that is not UTF-8 is an error, never replaced by U+FFFD."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "j/x", "--content-type", "ndjson")
+    ok(root, "journals", "create", "c/x", "--content-type", "csv")
+    for name, extra in (("j/x", ["--format", "lines"]), ("c/x", [])):
+        r = subprocess.run(
+            [sys.executable, "-m", "exactly", "--root", str(root), "append", name, *extra],
+            input=b"ok\nbad \xff\n", capture_output=True, timeout=60,
+        )
+        assert r.returncode == 1
+        assert r.stderr.decode().startswith("exactly: error: line 2: not UTF-8")
+
+
+def test_append_csv_records(tmp_path: Path) -> None:
+    """CSV input is read as RFC 4180 records: quoted newlines span lines; a quote
+    left open or a stray quote is an error, not a silently different record."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "c/x", "--content-type", "csv")
+    ok(root, "append", "c/x", input='a,"multi\nline",z\n\n"q""q",\n')
+    got = [json.loads(x)["message"][1:] for x in ok(root, "read", "c/x").splitlines()]
+    assert got == [["a", "multi\nline", "z"], ['q"q', ""]]
+    for bad, needle in (('a,"open\n', "never closed"), ('a,"b"c\n', "not a CSV record")):
+        r = run(root, "append", "c/x", input=bad)
+        assert r.returncode == 1 and r.stderr.startswith("exactly: error: line 1:")
+        assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert len(ok(root, "read", "c/x").splitlines()) == 2
