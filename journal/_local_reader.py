@@ -67,6 +67,7 @@ class LocalJournalReader(ReaderBase):
 
     def _fill(self, buf: memoryview) -> int:
         off = self._offset
+        hole = -1  # An offset found in no fragment although one before it is kept.
         for _ in range(_MAX_ATTEMPTS):
             if self._fd is not None and self._fbegin <= off < self._flimit:
                 return self._pread(buf[: self._flimit - off], off - self._fbegin)
@@ -94,6 +95,19 @@ class LocalJournalReader(ReaderBase):
                 nxt = frag_after.begin if frag_after is not None else rec.begin
                 if nxt <= off:
                     continue  # The directory changed under us: look again.
+                if self._sealed_begins and self._sealed_begins[0] < off:
+                    # Retention removes fragments from the start only, so a
+                    # gap after a kept fragment is damage (a fragment file
+                    # removed by hand), unless this listing raced a trim:
+                    # only a second, later listing showing it too is proof.
+                    if hole == off:
+                        raise self._jd.corrupt(
+                            f"{off:016x}-{nxt:016x}",
+                            f"no fragment holds offsets [{off}, {nxt}), but earlier ones"
+                            " are kept (a fragment file is missing)",
+                        )
+                    hole = off
+                    continue
                 warn_jump(self._journal, off, nxt)
                 self._offset = nxt
                 return JUMPED

@@ -317,6 +317,33 @@ def test_foreign_file_is_reported_and_left_alone(tmp_path: Path) -> None:
     assert sorted(p.name for p in jdir.iterdir()) == sorted([*before, "notes.txt"])
 
 
+def test_missing_middle_fragment_is_reported_not_skipped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fragment file missing between kept ones is damage, not retention: reading
+    into the gap raises CorruptJournalError instead of skipping it with a warning."""
+    jdir = _sealed_store(tmp_path / "root")
+    frags = sorted(jdir.glob("*.raw"))
+    assert len(frags) >= 3
+    frags[1].unlink()
+    with LocalJournalStore(tmp_path / "root") as s:
+        first_end = s.fragments("bad/j")[0].end
+        with (
+            caplog.at_level(logging.WARNING, logger="journal"),
+            s.read("bad/j") as r,
+            pytest.raises(CorruptJournalError, match="fragment file is missing") as info,
+        ):
+            assert len(r.read(first_end + 1000)) == first_end
+            r.read(1000)
+        assert info.value.journal == "bad/j"
+        assert not any("no longer available" in m for m in caplog.messages)
+        # Retention proper still jumps: with the first fragment trimmed too, the
+        # journal starts after the gap.
+        frags[0].unlink()
+        with s.read("bad/j") as r:
+            assert r.read(10) and r.offset > first_end
+
+
 # Writers ---------------------------------------------------------------------------------
 
 
