@@ -86,12 +86,21 @@ def _new_message_func(spec: Any, proto: str | None) -> Callable[[Any], Any]:
             raise UsageError(f"{spec.name} holds protobuf frames: name the message class "
                              "with --proto module.Class")
         module, _, name = proto.rpartition(".")
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            # As `python -m` would: modules generated next to the user's data
+            # import, although the console script's own directory is on the path.
+            sys.path.insert(0, os.getcwd())
         try:
             import importlib
 
             cls = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError, ValueError) as exc:
             raise UsageError(f"cannot import protobuf class {proto}: {exc}") from None
+        from google.protobuf.message import Message as PbMessage
+
+        if not (isinstance(cls, type) and issubclass(cls, PbMessage)
+                and getattr(cls, "DESCRIPTOR", None) is not None):
+            raise UsageError(f"{proto} is not a protobuf message class")
         wrapped = proto_message_type(cls)
         return lambda _spec: wrapped()
     raise UsageError(f"journal {spec.name} has no known content-type ({ct or 'none'})")

@@ -217,3 +217,42 @@ def test_append_csv_records(tmp_path: Path) -> None:
         assert r.returncode == 1 and r.stderr.startswith("exactly: error: line 1:")
         assert needle in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert len(ok(root, "read", "c/x").splitlines()) == 2
+
+
+def _proto_journal(root: Path) -> None:
+    from journal import LocalJournalStore
+    from message import Publisher, proto_message_type
+    from proto.examples_pb2 import PageView
+
+    view = proto_message_type(PageView)
+    ok(root, "journals", "create", "p/j", "--content-type", "proto")
+    with LocalJournalStore(root) as store:
+        pub = Publisher(store)
+        pub.publish_committed(lambda _m: ("p/j", "application/x-protobuf-fixed"),
+                              view(PageView(page="/p"))).result()
+
+
+def test_read_proto_class_from_the_working_directory(tmp_path: Path) -> None:
+    """--proto imports a module of the working directory, as `python -m` would,
+    even when the console script's directory is first on the path."""
+    root = tmp_path / "store"
+    _proto_journal(root)
+    (tmp_path / "mine_pb2.py").write_text("from proto.examples_pb2 import PageView as View\n")
+    r = subprocess.run(
+        [sys.executable, "-P", "-m", "exactly", "--root", str(root),
+         "read", "p/j", "--proto", "mine_pb2.View"],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["message"]["page"] == "/p"
+
+
+@pytest.mark.parametrize("cls", ["json.dumps", "os.path", "google.protobuf.message.Message",
+                                 "proto.examples_pb2.Nope", "nope"])
+def test_read_proto_class_that_is_not_one(tmp_path: Path, cls: str) -> None:
+    """--proto naming something that is not a protobuf message class is one line."""
+    root = tmp_path / "store"
+    _proto_journal(root)
+    r = run(root, "read", "p/j", "--proto", cls)
+    assert r.returncode == 1 and r.stderr.startswith("exactly: error:")
+    assert len(r.stderr.strip().splitlines()) == 1 and cls in r.stderr
