@@ -269,33 +269,95 @@ def _input_messages(spec: Any, lines: Iterator[bytes], fmt: str) -> Iterator[tup
         yield n, JsonDocument(doc)
 
 
+# Appends in flight before the next one waits for the oldest: the store queues
+# a copy of each, so an input faster than the disk would otherwise grow memory
+# without bound.
+_MAX_IN_FLIGHT = 10_000
+
+
+class _Progress:
+    """A progress line on stderr, redrawn at most a few times a second, and
+    only when stderr is a terminal (so that logs and pipes stay clean)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.shown = False
+        self.enabled = sys.stderr.isatty()
+        self.next = time.monotonic() + 1.0
+
+    def update(self, count: int) -> None:
+        if self.enabled and time.monotonic() >= self.next:
+            self.next = time.monotonic() + 0.25
+            print(f"\r{self.what}: {count:,}", end="", file=sys.stderr, flush=True)
+            self.shown = True
+            _SHOWN.add(self)
+
+    def done(self) -> None:
+        if self.shown:
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
+            self.shown = False
+            _SHOWN.discard(self)
+
+
+# Progress lines on screen, cleared before an error is printed.
+_SHOWN: set[_Progress] = set()
+
+
+def _recover_intents(root: Path, store: Any) -> None:
+    """Write the ACK intents that an ``append --transaction`` cut short (killed
+    after making them durable, before writing them all) left behind."""
+    from message import IntentLog
+
+    logs = sorted(p for p in (root / ".intents").glob("*.json") if p.is_file())
+    for path in logs:
+        n = IntentLog(path).recover(store)
+        if n:
+            print(f"finished an interrupted transaction: wrote {n} ACK intent(s) from {path}",
+                  file=sys.stderr)
+
+
 def cmd_append(args: argparse.Namespace) -> int:
+    from collections import deque
+    from concurrent.futures import Future
+
     from message import IntentLog, Publisher, Transaction
 
     src: IO[bytes] = open(args.file, "rb") if args.file else sys.stdin.buffer  # noqa: SIM115
+    progress = _Progress(f"appending to {args.name}")
     try:
         with _store(args) as store:
             spec = store.get(args.name)
+            _recover_intents(_root(args), store)
 
             def mapping(_msg: Any) -> tuple[str, str]:
                 return spec.name, spec.content_type or ""
 
             pub = Publisher(store)
             count = 0
+            in_flight: deque[Future[Any]] = deque()
+
+            def sent(fut: Future[Any]) -> None:
+                nonlocal count
+                count += 1
+                in_flight.append(fut)
+                if len(in_flight) > _MAX_IN_FLIGHT:
+                    in_flight.popleft().result()
+                progress.update(count)
+
             if args.transaction:
                 log = IntentLog(_root(args) / ".intents" / f"{pub.producer_id.hex()}.json")
                 with Transaction(pub, log) as txn:
                     for _, msg in _input_messages(spec, iter(src), args.format):
-                        txn.publish(mapping, msg)
-                        count += 1
+                        sent(txn.publish(mapping, msg))
             else:
                 for _, msg in _input_messages(spec, iter(src), args.format):
-                    pub.publish_committed(mapping, msg)
-                    count += 1
+                    sent(pub.publish_committed(mapping, msg))
             store.flush()
             head = store.head(spec.name)
+        progress.done()
         print(f"appended {count} messages to {spec.name} (now {head} bytes)", file=sys.stderr)
     finally:
+        progress.done()
         if args.file:
             src.close()
     return 0
@@ -382,8 +444,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         frames = committed = 0
         per_producer: dict[bytes, list[int]] = {}
         it = ReadUncommittedIter(store, spec.name, new_message, skip_corrupt=True)
+        progress = _Progress(f"reading {spec.name}")
         for env in it:
             frames += 1
+            progress.update(frames)
             u = env.message.get_uuid()
             stats = per_producer.setdefault(get_producer_id(u), [0, 0, 0])
             stats[0] += 1
@@ -403,6 +467,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
                     break
                 committed += 1
                 per_producer[get_producer_id(c.message.get_uuid())][2] += 1
+        progress.done()
         states = {s.producer: s for s in seq.producer_states()}
         print(f"journal {spec.name}: {store.head(spec.name)} bytes, {frames} frames, "
               f"{committed} committed, {frames - committed} dropped or pending"
@@ -534,11 +599,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
+        for progress in list(_SHOWN):
+            progress.done()
         return 130
     except (UsageError, MessageError, FramingError, JournalError, ValueError, OSError) as exc:
         where = ""
         journal, offset = getattr(exc, "journal", None), getattr(exc, "offset", None)
         if journal and offset is not None and str(offset) not in str(exc):
             where = f" (journal {journal}, offset {offset})"
+        for progress in list(_SHOWN):
+            progress.done()
         print(f"exactly: error: {exc}{where}", file=sys.stderr)
         return 1

@@ -256,3 +256,36 @@ def test_read_proto_class_that_is_not_one(tmp_path: Path, cls: str) -> None:
     r = run(root, "read", "p/j", "--proto", cls)
     assert r.returncode == 1 and r.stderr.startswith("exactly: error:")
     assert len(r.stderr.strip().splitlines()) == 1 and cls in r.stderr
+
+
+def test_append_finishes_a_transaction_cut_short(tmp_path: Path) -> None:
+    """ACK intents an interrupted `append --transaction` made durable under
+    .intents/ are written by the next append, so its transaction commits."""
+    from journal import LocalJournalStore
+    from message import IntentLog, JsonDocument, Publisher
+
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "t/j")
+    with LocalJournalStore(root) as store:
+        pub = Publisher(store)
+        pub.publish_uncommitted(lambda _m: ("t/j", "application/x-ndjson"),
+                                JsonDocument(n=1)).result()
+        # Killed right after making its intents durable, before writing them.
+        IntentLog(root / ".intents" / f"{pub.producer_id.hex()}.json").save(
+            pub.build_ack_intents())
+    assert ok(root, "read", "t/j") == ""
+    r = run(root, "append", "t/j", input='{"n": 2}\n')
+    assert r.returncode == 0 and "interrupted transaction" in r.stderr
+    got = [json.loads(x)["message"].get("n") for x in ok(root, "read", "t/j").splitlines()]
+    assert sorted(got, key=str) == [1, 2, None]
+    assert not list((root / ".intents").glob("*.json"))
+
+
+def test_append_many_lines_keeps_every_one(tmp_path: Path) -> None:
+    """An input longer than the appends kept in flight is appended whole, in order."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "m/j")
+    n = 25_000
+    ok(root, "append", "m/j", input="".join(f'{{"n": {i}}}\n' for i in range(n)))
+    got = [json.loads(x)["message"]["n"] for x in ok(root, "read", "m/j").splitlines()]
+    assert got == list(range(n))
