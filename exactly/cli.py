@@ -320,6 +320,7 @@ def cmd_append(args: argparse.Namespace) -> int:
     from collections import deque
     from concurrent.futures import Future
 
+    from journal import AppendTooLargeError
     from message import IntentLog, Publisher, Transaction
 
     src: IO[bytes] = open(args.file, "rb") if args.file else sys.stdin.buffer  # noqa: SIM115
@@ -344,14 +345,20 @@ def cmd_append(args: argparse.Namespace) -> int:
                     in_flight.popleft().result()
                 progress.update(count)
 
+            def publish_all(publish: Callable[[Any, Any], Future[Any]]) -> None:
+                for n, msg in _input_messages(spec, iter(src), args.format):
+                    try:
+                        fut = publish(mapping, msg)
+                    except AppendTooLargeError as exc:
+                        raise UsageError(f"line {n}: {exc}") from None
+                    sent(fut)
+
             if args.transaction:
                 log = IntentLog(_root(args) / ".intents" / f"{pub.producer_id.hex()}.json")
                 with Transaction(pub, log) as txn:
-                    for _, msg in _input_messages(spec, iter(src), args.format):
-                        sent(txn.publish(mapping, msg))
+                    publish_all(txn.publish)
             else:
-                for _, msg in _input_messages(spec, iter(src), args.format):
-                    sent(pub.publish_committed(mapping, msg))
+                publish_all(pub.publish_committed)
             store.flush()
             head = store.head(spec.name)
         progress.done()

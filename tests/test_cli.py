@@ -289,3 +289,17 @@ def test_append_many_lines_keeps_every_one(tmp_path: Path) -> None:
     ok(root, "append", "m/j", input="".join(f'{{"n": {i}}}\n' for i in range(n)))
     got = [json.loads(x)["message"]["n"] for x in ok(root, "read", "m/j").splitlines()]
     assert got == list(range(n))
+
+
+def test_append_line_over_the_maximum_size_names_its_line(tmp_path: Path) -> None:
+    """A line too large for one append stops the command with its line number;
+    the lines before it are kept. Empty input appends nothing, successfully."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "h/j")
+    ok(root, "append", "h/j", input="")
+    big = '{"a": "' + "x" * (16 << 20) + '"}\n'
+    r = run(root, "append", "h/j", input='{"ok": 1}\n' + big + '{"ok": 2}\n')
+    assert r.returncode == 1 and r.stderr.startswith("exactly: error: line 2:")
+    assert "maximum append size" in r.stderr
+    got = [json.loads(x)["message"] for x in ok(root, "read", "h/j").splitlines()]
+    assert [m.get("ok") for m in got] == [1]
