@@ -316,6 +316,54 @@ def _recover_intents(root: Path, store: Any) -> None:
                   file=sys.stderr)
 
 
+class _Interrupt:
+    """Ctrl-C during an append, turned into a ``KeyboardInterrupt`` raised only
+    while waiting for input (or before reading the next line), never in the
+    middle of publishing or committing: a transaction is then rolled back as a
+    whole. A second Ctrl-C interrupts at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.reading = False
+        self.previous: Any = None
+
+    def __enter__(self) -> _Interrupt:
+        import signal
+
+        try:
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not the main thread: leave signals alone
+            self.previous = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        import signal
+
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        self.requested = True
+        if self.reading:
+            raise KeyboardInterrupt
+
+    def lines(self, src: IO[bytes]) -> Iterator[bytes]:
+        while True:
+            if self.requested:
+                raise KeyboardInterrupt
+            self.reading = True
+            try:
+                line = src.readline()
+            finally:
+                self.reading = False
+            if not line:
+                return
+            yield line
+
+
 def cmd_append(args: argparse.Namespace) -> int:
     from collections import deque
     from concurrent.futures import Future
@@ -325,8 +373,9 @@ def cmd_append(args: argparse.Namespace) -> int:
 
     src: IO[bytes] = open(args.file, "rb") if args.file else sys.stdin.buffer  # noqa: SIM115
     progress = _Progress(f"appending to {args.name}")
+    count = 0
     try:
-        with _store(args) as store:
+        with _Interrupt() as interrupt, _store(args) as store:
             spec = store.get(args.name)
             _recover_intents(_root(args), store)
 
@@ -334,7 +383,6 @@ def cmd_append(args: argparse.Namespace) -> int:
                 return spec.name, spec.content_type or ""
 
             pub = Publisher(store)
-            count = 0
             in_flight: deque[Future[Any]] = deque()
 
             def sent(fut: Future[Any]) -> None:
@@ -346,19 +394,27 @@ def cmd_append(args: argparse.Namespace) -> int:
                 progress.update(count)
 
             def publish_all(publish: Callable[[Any, Any], Future[Any]]) -> None:
-                for n, msg in _input_messages(spec, iter(src), args.format):
+                for n, msg in _input_messages(spec, interrupt.lines(src), args.format):
                     try:
                         fut = publish(mapping, msg)
                     except AppendTooLargeError as exc:
                         raise UsageError(f"line {n}: {exc}") from None
                     sent(fut)
 
-            if args.transaction:
-                log = IntentLog(_root(args) / ".intents" / f"{pub.producer_id.hex()}.json")
-                with Transaction(pub, log) as txn:
-                    publish_all(txn.publish)
-            else:
-                publish_all(pub.publish_committed)
+            try:
+                if args.transaction:
+                    log = IntentLog(_root(args) / ".intents" / f"{pub.producer_id.hex()}.json")
+                    with Transaction(pub, log) as txn:
+                        publish_all(txn.publish)
+                else:
+                    publish_all(pub.publish_committed)
+            except KeyboardInterrupt:
+                store.flush()
+                progress.done()
+                what = ("the transaction is rolled back" if args.transaction
+                        else f"{count} messages appended")
+                print(f"exactly: interrupted: {what}", file=sys.stderr)
+                return 130
             store.flush()
             head = store.head(spec.name)
         progress.done()

@@ -303,3 +303,36 @@ def test_append_line_over_the_maximum_size_names_its_line(tmp_path: Path) -> Non
     assert "maximum append size" in r.stderr
     got = [json.loads(x)["message"] for x in ok(root, "read", "h/j").splitlines()]
     assert [m.get("ok") for m in got] == [1]
+
+
+@pytest.mark.parametrize("transaction", [False, True])
+def test_ctrl_c_during_append(tmp_path: Path, transaction: bool) -> None:
+    """Ctrl-C while append waits for input: committed lines stay; a transaction
+    is rolled back as a whole (roll-back ACK written); one line, status 130."""
+    import signal
+
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "i/j")
+    extra = ["--transaction"] if transaction else []
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exactly", "--root", str(root), "append", "i/j", *extra],
+        stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert proc.stdin is not None
+    proc.stdin.write('{"i": 0}\n{"i": 1}\n')
+    proc.stdin.flush()
+    deadline = time.monotonic() + 30
+    while (len(ok(root, "read", "i/j", "--uncommitted").splitlines()) < 2
+           and time.monotonic() < deadline):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert err.startswith("exactly: interrupted:") and "Traceback" not in err
+    frames = [json.loads(x) for x in ok(root, "read", "i/j", "--uncommitted").splitlines()]
+    committed = ok(root, "read", "i/j").splitlines()
+    if transaction:
+        assert [f["flags"] for f in frames] == [1, 1, 2] and committed == []
+    else:
+        assert [json.loads(x)["message"]["i"] for x in committed] == [0, 1]
