@@ -48,6 +48,16 @@ def _store(args: argparse.Namespace, *, must_exist: bool = True) -> Any:
     return LocalJournalStore(root)
 
 
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
 def _parse_duration(text: str) -> float:
     """Seconds of ``90``, ``90s``, ``15m``, ``2h`` or ``7d``."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
@@ -152,7 +162,10 @@ def cmd_journals_create(args: argparse.Namespace) -> int:
         labels.setdefault(key, []).append(value)
     ct = CONTENT_TYPES.get(args.content_type, args.content_type)
     labels["content-type"] = [ct]
-    Path(_root(args)).mkdir(parents=True, exist_ok=True)
+    root = _root(args)
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"the store {root} is not a directory")
+    root.mkdir(parents=True, exist_ok=True)
     with _store(args) as store:
         for name in args.names:
             spec = store.create(name, labels)
@@ -451,7 +464,7 @@ def cmd_read(args: argparse.Namespace) -> int:
             it = ReadCommittedIter(store, spec.name, new_message, **kwargs)
         shown = 0
         try:
-            for env in it:
+            for env in it if args.limit != 0 else ():
                 if since is not None:
                     clock = get_clock(env.message.get_uuid())
                     if clock and clock_to_unix_ns(clock) < since:
@@ -460,7 +473,7 @@ def cmd_read(args: argparse.Namespace) -> int:
                 shown += 1
                 if args.follow:
                     out.flush()
-                if args.limit and shown >= args.limit:
+                if args.limit is not None and shown >= args.limit:
                     break
         except BrokenPipeError:
             pass
@@ -628,7 +641,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--offset", type=int, default=0, help="journal offset to start at")
     r.add_argument("--since", help="only messages published since a time (ISO-8601, or 15m)")
     r.add_argument("--follow", "-F", action="store_true", help="wait for new messages")
-    r.add_argument("--limit", "-n", type=int, default=0, help="stop after this many")
+    r.add_argument("--limit", "-n", type=_non_negative, metavar="N",
+                   help="stop after N messages")
     r.add_argument("--skip-corrupt", action="store_true", help="skip undecodable frames")
     r.add_argument("--proto", help="protobuf message class (module.Class) of a proto journal")
     r.set_defaults(func=cmd_read)

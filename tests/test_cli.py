@@ -336,3 +336,21 @@ def test_ctrl_c_during_append(tmp_path: Path, transaction: bool) -> None:
         assert [f["flags"] for f in frames] == [1, 1, 2] and committed == []
     else:
         assert [json.loads(x)["message"]["i"] for x in committed] == [0, 1]
+
+
+def test_read_limit_and_root_mistakes(tmp_path: Path) -> None:
+    """--limit N shows N messages (0: none); a negative limit and a store path
+    that is a file are one-line errors."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "l/j")
+    ok(root, "append", "l/j", input='{"n": 1}\n{"n": 2}\n')
+    assert len(ok(root, "read", "l/j", "--limit", "1").splitlines()) == 1
+    assert ok(root, "read", "l/j", "--limit", "0") == ""
+    r = run(root, "read", "l/j", "--limit", "-1")
+    assert r.returncode == 2 and "must be 0 or more" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    r = run(afile, "journals", "create", "l/j")
+    assert r.returncode == 1
+    assert r.stderr == f"exactly: error: the store {afile} is not a directory\n"
