@@ -27,7 +27,8 @@ JOURNAL = "demo/orders"
 def run_quick_demo(store: Path, out: TextIO) -> int:
     marker = store / "@quick-demo"
     if store.exists() and any(store.iterdir()):
-        if not marker.exists():
+        # Either demo's store (the full demo marks its own with @demo) may go.
+        if not (marker.exists() or (store / "@demo").exists()):
             raise ValueError(f"{store} exists and is not a demo store: pass another --store")
         shutil.rmtree(store)
     store.mkdir(parents=True, exist_ok=True)

@@ -102,7 +102,12 @@ def read_spec(jd: JournalDir) -> JournalSpec:
     except (ValueError, KeyError, TypeError, AttributeError) as err:
         raise jd.corrupt(SPEC_FILE, f"unreadable journal spec ({err})") from None
     if name != jd.name:
-        raise jd.corrupt(SPEC_FILE, f"spec names another journal ({name!r})")
+        hint = ""
+        if isinstance(name, str) and jd.name.endswith("/" + name):
+            # The usual cause: a store opened at a parent of its root.
+            nested = jd.path[: len(jd.path) - len(name)].rstrip(os.sep)
+            hint = f"; is the store's root {nested}?"
+        raise jd.corrupt(SPEC_FILE, f"spec names another journal ({name!r}){hint}")
     return JournalSpec(jd.name, labels)
 
 

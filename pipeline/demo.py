@@ -40,7 +40,8 @@ def _say(out: TextIO, t0: float, text: str) -> None:
 
 def _prepare(root: Path) -> None:
     if root.exists() and any(root.iterdir()):
-        if not (root / _MARKER).exists():
+        # Either demo's store (`--quick` marks its own with @quick-demo) may go.
+        if not ((root / _MARKER).exists() or (root / "@quick-demo").exists()):
             raise ValueError(f"{root} exists and is not a demo store: pass another --store")
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -189,7 +190,8 @@ def run_demo(store: Path | None = None, *, out: TextIO = sys.stdout) -> int:
         f"  read-uncommitted + dropDuplicates    {naive_dedup:>8}"
         f"   (+{naive_dedup - total}: aborted and killed transactions remain)\n\n"
     )
-    _say(out, t0, "demo " + ("passed" if ok else "FAILED") + f"; store left in {root}")
+    _say(out, t0, "demo " + ("passed" if ok else "FAILED") + f"; store left in {root}"
+         f" (its journals: exactly --root {root / 'journals'} journals list)")
     return 0 if ok else 1
 
 

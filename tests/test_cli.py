@@ -354,3 +354,18 @@ def test_read_limit_and_root_mistakes(tmp_path: Path) -> None:
     r = run(afile, "journals", "create", "l/j")
     assert r.returncode == 1
     assert r.stderr == f"exactly: error: the store {afile} is not a directory\n"
+
+
+def test_quick_demo_replaces_the_full_demos_store(tmp_path: Path) -> None:
+    """`exactly demo` then `exactly demo --quick` share ./demo-store: either may
+    replace the other's store."""
+    store = tmp_path / "demo-store"
+    store.mkdir()
+    (store / "@demo").write_text("created by `exactly demo`; safe to delete\n")
+    (store / "journals").mkdir()
+    r = subprocess.run(
+        [sys.executable, "-m", "exactly", "demo", "--quick", "--store", str(store)],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "exactly once:     yes" in r.stdout

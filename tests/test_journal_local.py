@@ -344,6 +344,18 @@ def test_missing_middle_fragment_is_reported_not_skipped(
             assert r.read(10) and r.offset > first_end
 
 
+def test_store_opened_above_its_root_says_where_the_root_is(tmp_path: Path) -> None:
+    """Opening a store at a parent of its root names the likely root."""
+    with LocalJournalStore(tmp_path / "outer" / "journals") as s:
+        s.create("a/b", NDJSON)
+    with (
+        LocalJournalStore(tmp_path / "outer") as s,
+        pytest.raises(CorruptJournalError, match="spec names another journal") as info,
+    ):
+        s.list()
+    assert f"is the store's root {tmp_path / 'outer' / 'journals'}?" in str(info.value)
+
+
 # Writers ---------------------------------------------------------------------------------
 
 
