@@ -443,6 +443,7 @@ def cmd_append(args: argparse.Namespace) -> int:
 
 
 def cmd_read(args: argparse.Namespace) -> int:
+    from framing import FramingError
     from message import ReadCommittedIter, ReadUncommittedIter, clock_to_unix_ns, get_clock
 
     since = _parse_time(args.since) if args.since else None
@@ -477,6 +478,11 @@ def cmd_read(args: argparse.Namespace) -> int:
                     break
         except BrokenPipeError:
             pass
+        except FramingError as exc:
+            hint = "" if args.skip_corrupt else "; --skip-corrupt skips such frames"
+            if offset and getattr(exc, "offset", None) == offset:
+                hint = f"; is {offset} the offset of a frame's start?"
+            raise UsageError(f"journal {spec.name}: {exc}{hint}") from None
         finally:
             it.close()
         if it.skipped:

@@ -369,3 +369,25 @@ def test_quick_demo_replaces_the_full_demos_store(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert "exactly once:     yes" in r.stdout
+
+
+def test_read_corrupt_frame_names_journal_and_the_way_out(tmp_path: Path) -> None:
+    """A frame that does not decode: one line naming the journal and offset, and
+    --skip-corrupt; an --offset inside a frame is pointed out."""
+    from journal import LocalJournalStore
+
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "n/j")
+    ok(root, "append", "n/j", input='{"a": 1}\n')
+    with LocalJournalStore(root) as store:
+        end = store.append("n/j", b"garbage\n").result().begin
+    ok(root, "append", "n/j", input='{"a": 2}\n')
+    r = run(root, "read", "n/j")
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert r.stderr.startswith("exactly: error: journal n/j:")
+    assert f"offset {end}" in r.stderr and "--skip-corrupt" in r.stderr
+    r = run(root, "read", "n/j", "--skip-corrupt")
+    assert [json.loads(x)["message"]["a"] for x in r.stdout.splitlines()] == [1, 2]
+    assert "skipped 1 corrupt frames" in r.stderr
+    r = run(root, "read", "n/j", "--offset", "3")
+    assert r.returncode == 1 and "is 3 the offset of a frame's start?" in r.stderr
