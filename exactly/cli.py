@@ -685,6 +685,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for progress in list(_SHOWN):
             progress.done()
         return 130
+    except BrokenPipeError:
+        # The reader of our output went away (`| head`): stop quietly, and keep
+        # the interpreter from complaining when it flushes stdout at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (UsageError, MessageError, FramingError, JournalError, ValueError, OSError) as exc:
         where = ""
         journal, offset = getattr(exc, "journal", None), getattr(exc, "offset", None)

@@ -391,3 +391,19 @@ def test_read_corrupt_frame_names_journal_and_the_way_out(tmp_path: Path) -> Non
     assert "skipped 1 corrupt frames" in r.stderr
     r = run(root, "read", "n/j", "--offset", "3")
     assert r.returncode == 1 and "is 3 the offset of a frame's start?" in r.stderr
+
+
+def test_output_closed_early_is_not_an_error(tmp_path: Path) -> None:
+    """`exactly journals list | head -1`: the closed pipe ends the command quietly."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", *[f"j/{i}" for i in range(2000)])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exactly", "--root", str(root), "journals", "list"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().startswith(b"j/")
+    proc.stdout.close()
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) == 0 and err == b""
