@@ -316,12 +316,19 @@ class _Progress:
 _SHOWN: set[_Progress] = set()
 
 
+# Where `append --transaction` keeps its ACK intents until they are written.
+_INTENTS_DIR = "@intents"
+
+
 def _recover_intents(root: Path, store: Any) -> None:
     """Write the ACK intents that an ``append --transaction`` cut short (killed
     after making them durable, before writing them all) left behind."""
     from message import IntentLog
 
-    logs = sorted(p for p in (root / ".intents").glob("*.json") if p.is_file())
+    # `@` cannot begin a journal name, so @intents/ never collides with a
+    # journal; .intents/ is where earlier versions kept them.
+    logs = [p for d in (_INTENTS_DIR, ".intents") for p in sorted((root / d).glob("*.json"))
+            if re.fullmatch(r"[0-9a-f]{12}\.json", p.name) and p.is_file()]
     for path in logs:
         n = IntentLog(path).recover(store)
         if n:
@@ -416,7 +423,7 @@ def cmd_append(args: argparse.Namespace) -> int:
 
             try:
                 if args.transaction:
-                    log = IntentLog(_root(args) / ".intents" / f"{pub.producer_id.hex()}.json")
+                    log = IntentLog(_root(args) / _INTENTS_DIR / f"{pub.producer_id.hex()}.json")
                     with Transaction(pub, log) as txn:
                         publish_all(txn.publish)
                 else:

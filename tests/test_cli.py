@@ -260,7 +260,7 @@ def test_read_proto_class_that_is_not_one(tmp_path: Path, cls: str) -> None:
 
 def test_append_finishes_a_transaction_cut_short(tmp_path: Path) -> None:
     """ACK intents an interrupted `append --transaction` made durable under
-    .intents/ are written by the next append, so its transaction commits."""
+    @intents/ are written by the next append, so its transaction commits."""
     from journal import LocalJournalStore
     from message import IntentLog, JsonDocument, Publisher
 
@@ -271,14 +271,14 @@ def test_append_finishes_a_transaction_cut_short(tmp_path: Path) -> None:
         pub.publish_uncommitted(lambda _m: ("t/j", "application/x-ndjson"),
                                 JsonDocument(n=1)).result()
         # Killed right after making its intents durable, before writing them.
-        IntentLog(root / ".intents" / f"{pub.producer_id.hex()}.json").save(
+        IntentLog(root / "@intents" / f"{pub.producer_id.hex()}.json").save(
             pub.build_ack_intents())
     assert ok(root, "read", "t/j") == ""
     r = run(root, "append", "t/j", input='{"n": 2}\n')
     assert r.returncode == 0 and "interrupted transaction" in r.stderr
     got = [json.loads(x)["message"].get("n") for x in ok(root, "read", "t/j").splitlines()]
     assert sorted(got, key=str) == [1, 2, None]
-    assert not list((root / ".intents").glob("*.json"))
+    assert not list((root / "@intents").glob("*.json"))
 
 
 def test_append_many_lines_keeps_every_one(tmp_path: Path) -> None:
@@ -407,3 +407,14 @@ def test_output_closed_early_is_not_an_error(tmp_path: Path) -> None:
     err = proc.stderr.read()
     proc.stderr.close()
     assert proc.wait(timeout=60) == 0 and err == b""
+
+
+def test_journal_named_like_a_directory_of_the_cli(tmp_path: Path) -> None:
+    """A journal may be named `.intents`: transactions of append keep their
+    intents where no journal can be."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", ".intents", "t/j")
+    ok(root, "append", "t/j", "--transaction", input='{"n": 1}\n')
+    ok(root, "append", ".intents", "--transaction", input='{"n": 2}\n')
+    assert "2 frames, 2 committed" in ok(root, "inspect", ".intents")
+    assert "t/j" in ok(root, "journals", "list")
