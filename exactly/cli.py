@@ -160,7 +160,11 @@ def cmd_journals_create(args: argparse.Namespace) -> int:
         if not sep:
             raise UsageError(f"a label is name=value, not {item!r}")
         labels.setdefault(key, []).append(value)
+    if "content-type" in labels:
+        raise UsageError("give the content type with --content-type, not as a label")
     ct = CONTENT_TYPES.get(args.content_type, args.content_type)
+    if not ct.strip():
+        raise UsageError("--content-type cannot be empty (ndjson, csv, proto, or a full type)")
     labels["content-type"] = [ct]
     root = _root(args)
     if root.exists() and not root.is_dir():

@@ -88,6 +88,8 @@ def test_follow_prints_new_messages_promptly(tmp_path: Path) -> None:
         (("journals", "trim", "j/x"), None, "--before"),
         (("read", "j/x", "--since", "yesterday-ish"), None, "not a time"),
         (("inspect", "--checkpoint", "missing.bin"), None, "missing.bin"),
+        (("journals", "create", "j/y", "--content-type", ""), None, "cannot be empty"),
+        (("journals", "create", "j/y", "-l", "content-type=text/csv"), None, "--content-type"),
     ],
 )
 def test_user_mistakes_print_one_line(tmp_path: Path, args, stdin, needle) -> None:
