@@ -37,20 +37,22 @@ class _OffsetTracker:
     Appends are whole frames and fragments hold whole appends, so a jump
     always falls between two frames."""
 
-    __slots__ = ("jumps", "pos", "reader", "start")
+    __slots__ = ("jumps", "pos", "reader", "shift", "start")
 
     def __init__(self, reader: JournalReader) -> None:
         self.reader = reader
         self.start = reader.offset  # journal offset of stream position 0
+        self.shift = self.start  # journal offset minus stream position, now
         self.pos = 0
-        self.jumps: deque[tuple[int, int]] = deque()  # (stream position, new start)
+        self.jumps: deque[tuple[int, int]] = deque()  # (stream position, new shift)
 
     def read(self, n: int = -1) -> bytes:
         data = self.reader.read(n)
         # Where this chunk began in the journal, as the reader tells it.
         begin = self.reader.offset - len(data)
-        if begin != self.start + self.pos:
-            self.jumps.append((self.pos, begin - self.pos))
+        if begin != self.shift + self.pos:
+            self.shift = begin - self.pos
+            self.jumps.append((self.pos, self.shift))
         self.pos += len(data)
         return data
 
@@ -155,10 +157,10 @@ class ReadUncommittedIter(_EnvelopeIter):
             try:
                 for begin, end, frame in self._framing.read_frames(tracker):
                     if jumps and jumps[0][0] <= begin:
+                        # Retention removed what came next (the journal's
+                        # reader has logged it): offsets continue further on.
                         while jumps and jumps[0][0] <= begin:
                             _, base = jumps.popleft()
-                        log.warning("%s: offset jumped to %d (removed by retention)",
-                                    spec.name, base + begin)
                     msg = new_message(spec)
                     try:
                         unmarshal(frame, msg)

@@ -267,13 +267,16 @@ class ProtoMessage:
 def proto_message_type(pb_class: Any, uuid_field: str = "uuid") -> type[ProtoMessage]:
     """A :class:`ProtoMessage` type for ``pb_class``, whose ``uuid_field`` is a
     ``bytes`` (16 raw bytes) or ``string`` (canonical form) field."""
-    fd = pb_class.DESCRIPTOR.fields_by_name.get(uuid_field)
+    descriptor: Any = getattr(pb_class, "DESCRIPTOR", None)
+    if not isinstance(pb_class, type) or getattr(descriptor, "fields_by_name", None) is None:
+        raise TypeError(f"{pb_class!r} is not a generated protobuf message class")
+    fd = descriptor.fields_by_name.get(uuid_field)
     if fd is None:
-        raise ValueError(f"{pb_class.DESCRIPTOR.full_name} has no field {uuid_field!r}")
+        raise ValueError(f"{descriptor.full_name} has no field {uuid_field!r}")
     if fd.type not in (fd.TYPE_BYTES, fd.TYPE_STRING):
-        raise ValueError(f"{pb_class.DESCRIPTOR.full_name}.{uuid_field} must be bytes or string")
+        raise ValueError(f"{descriptor.full_name}.{uuid_field} must be bytes or string")
     cls = type(
-        pb_class.DESCRIPTOR.name,
+        descriptor.name,
         (ProtoMessage,),
         {
             "__slots__": (),

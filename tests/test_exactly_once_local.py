@@ -4,6 +4,7 @@ what retention removed."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import signal
@@ -94,7 +95,7 @@ def test_reader_skips_what_retention_removed(tmp_path: Path, caplog) -> None:
             envs = list(ReadUncommittedIter(store, J, new_doc))
         assert envs[0].begin == cut
         assert [e.message["v"] for e in envs] == [f"m{i}" for i in range(30)][-len(envs):]
-        assert any("jump" in r.getMessage() for r in caplog.records)
+        assert any("retention" in r.getMessage() for r in caplog.records)
 
 
 PRODUCER = textwrap.dedent(
@@ -158,3 +159,25 @@ def test_publisher_processes_killed_mid_transaction(tmp_path: Path) -> None:
             name, t, *rest = v.split("-")
             if rest:
                 assert {f"{name}-{t}-{i}" for i in range(3)} <= set(got)
+
+
+def test_a_retention_jump_is_reported_once(tmp_path: Path, caplog) -> None:
+    """Reading megabytes past a trimmed start logs the jump once, and offsets
+    stay contiguous after it."""
+    with LocalJournalStore(tmp_path, fragment_size=64 << 10) as store:
+        store.create(J, NDJSON)
+        for i in range(400):
+            store.append(J, b'{"v": "%05d", "pad": "%s"}\n' % (i, b"x" * 8000))
+        store.flush()
+        cut = store.fragments(J)[3].begin
+        store.trim(J, before_offset=cut)
+        with caplog.at_level(logging.WARNING):
+            envs = list(ReadUncommittedIter(store, J, new_doc))
+    assert envs[0].begin == cut and store_is_contiguous(envs)
+    assert envs[-1].message["v"] == "00399"
+    jumps = [r for r in caplog.records if "retention" in r.getMessage()]
+    assert len(jumps) == 1, [r.getMessage() for r in jumps]
+
+
+def store_is_contiguous(envs) -> bool:
+    return all(a.end == b.begin for a, b in itertools.pairwise(envs))

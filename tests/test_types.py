@@ -164,3 +164,10 @@ def test_subclass_with_its_own_get_uuid_gets_no_shortcut() -> None:
             return U
 
     assert Custom not in UUID_INT_OF and document_type("x/y") not in UUID_INT_OF
+
+
+@pytest.mark.parametrize("thing", [len, uuid, object, "PageView"])
+def test_proto_message_type_rejects_what_is_not_a_protobuf_class(thing) -> None:
+    """proto_message_type of something that is not a generated class is a TypeError."""
+    with pytest.raises(TypeError):
+        proto_message_type(thing)
