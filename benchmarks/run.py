@@ -20,8 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     names = [n for n in BENCHMARKS if not args.only or n in args.only]
     unknown = sorted(set(args.only or []) - set(BENCHMARKS))
     if unknown:
-        print(f"exactly bench: unknown benchmark {', '.join(unknown)}; "
-              f"known: {', '.join(BENCHMARKS)}", file=sys.stderr)
+        print(f"exactly: error: unknown benchmark {', '.join(unknown)} "
+              f"(known: {', '.join(BENCHMARKS)})", file=sys.stderr)
         return 1
     results: list[Result] = []
     for name in names:

@@ -115,7 +115,9 @@ class Transaction:
 
     On a clean exit of the ``with`` block (or :meth:`commit`), it waits for
     the messages to be durable, builds the ACK intents, saves them to the
-    ``log`` (when given), writes them, and clears the log. On an exception
+    ``log`` (when given), writes them, and clears the log. Until then it keeps
+    each message's append future (a few hundred bytes): a transaction of
+    millions of messages is better split in several. On an exception
     (or :meth:`abort`) it writes roll-back ACKs, so that readers drop the
     messages at once instead of waiting for an ACK that will never come.
     """
