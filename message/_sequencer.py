@@ -15,10 +15,14 @@ ACK_TXN                   bound = last_ack: roll back   commit the span, then it
                           to this clock
 ========================  ===========================  ==========================
 
-Kept envelopes also go into a ring of the last ``buffer`` of them, linked per
-producer, so that a committed span can usually be emitted straight from
-memory. When part of it has left the ring (or began before a restored
-checkpoint) the caller replays ``[begin, first-in-ring)`` from the journal.
+The ring holds the last ``buffer`` kept envelopes (duplicates and
+roll-backs take no slot), so that a committed span can usually be emitted
+straight from memory. It is virtual: kept envelopes are numbered, an
+envelope is in the ring while its number is among the last ``buffer``, and
+only open spans' envelopes are stored, in their partial — nothing else is
+ever read back. When part of a span has left the ring (or it began before a
+restored checkpoint) the caller replays ``[begin, first-in-ring)`` from the
+journal.
 
 Emission applies one rule whatever the source, ring or replay: a span
 message is emitted only if its clock exceeds every clock of the producer
@@ -50,7 +54,7 @@ _ACK: Final = 2
 class _Partial:
     """A producer's state within a journal (see the module docstring)."""
 
-    __slots__ = ("begin", "journal", "last_ack", "max_clock", "producer", "ring_start", "ring_stop")
+    __slots__ = ("begin", "entries", "journal", "last_ack", "max_clock", "producer")
 
     def __init__(self, journal: str, producer: int, last_ack: int, begin: int) -> None:
         self.journal = journal
@@ -58,9 +62,9 @@ class _Partial:
         self.last_ack = last_ack
         self.max_clock = last_ack
         self.begin = begin
-        # First and last ring slots of the open span still in the ring (-1: none).
-        self.ring_start = -1
-        self.ring_stop = -1
+        # The open span's kept envelopes, in order, as (ring sequence number,
+        # clock, envelope); those that have left the ring are dropped lazily.
+        self.entries: list[tuple[int, int, Envelope]] = []
 
 
 class _Replay:
@@ -102,29 +106,27 @@ class Sequencer:
     """
 
     __slots__ = (
-        "_clocks",
-        "_head",
         "_inflight",
-        "_next",
         "_out",
         "_out_n",
         "_out_pos",
-        "_owners",
         "_partials",
         "_replay",
-        "_ring",
+        "_seq",
         "_single",
         "_size",
+        "_sweep_at",
     )
 
     def __init__(self, states: Iterable[ProducerState] = (), buffer: int = 4096) -> None:
         size = max(1, buffer)
         self._size = size
-        self._ring: list[Envelope | None] = [None] * size
-        self._clocks: list[int] = [0] * size
-        self._next: list[int] = [-1] * size  # next slot of the same producer's span
-        self._owners: list[_Partial | None] = [None] * size
-        self._head = 0
+        # The ring is virtual: kept envelopes are numbered 1, 2, ... and the
+        # ring holds the last `size` of them, (seq - size, seq]. Only a span's
+        # envelopes are ever read back, so only they are stored, with their
+        # partial; an envelope committed alone is just counted.
+        self._seq = 0
+        self._sweep_at = size  # when to drop entries that left the ring
         self._partials: dict[tuple[str, int], _Partial] = {}
         for s in states:
             pid = int.from_bytes(s.producer, "big")
@@ -164,66 +166,8 @@ class Sequencer:
             | ((i >> 96) << 4)
             | ((i >> 58) & 0xF)
         )
-        p: _Partial | None = None
-        owner: _Partial | None = None  # whose span the envelope joins in the ring
-        if clock:
-            flags = (i >> 48) & 0x3FF
-            key = (env.journal.name, i & _MASK48)
-            p = self._partials.get(key)
-            if p is None:
-                p = self._partials[key] = _Partial(key[0], key[1], clock - 1, -1)
-            if flags == _CONTINUE:
-                if clock <= p.max_clock:  # max_clock >= last_ack, always
-                    return True  # duplicate
-                if p.begin == -1:
-                    p.begin = env.begin
-                owner = p
-            elif flags == _ACK:
-                if clock <= p.last_ack:
-                    if clock < p.last_ack:
-                        self._warn_old_ack(env, key)
-                    p.last_ack = p.max_clock = clock
-                    p.begin = -1
-                    p.ring_start = p.ring_stop = -1
-                    return True
-                if p.begin != -1:
-                    owner = p  # the ACK closes the span's chain in the ring
-            else:
-                if flags:
-                    log.warning(
-                        "unknown UUID flags %#x in %s at offset %d: handled as OUTSIDE_TXN",
-                        flags, key[0], env.begin,
-                    )
-                if clock <= p.last_ack:
-                    return True  # duplicate
-                # Commits itself; an open span (mixed committed and transactional
-                # publishing by one producer) is discarded.
-
-        # Write the envelope at the ring's head, evicting the oldest entry
-        # (inlined: a call per envelope is a tenth of the Sequencer's time).
-        h = self._head
-        old = self._owners[h]
-        if old is not None and old.ring_start == h:
-            # The evicted envelope opens its producer's in-ring span: the span
-            # now starts at the next one, or has nothing left in the ring.
-            if old.ring_stop == h:
-                old.ring_start = old.ring_stop = -1
-            else:
-                old.ring_start = self._next[h]
-        self._ring[h] = env
-        self._clocks[h] = clock
-        self._next[h] = -1
-        self._owners[h] = owner
-        if owner is not None:
-            if owner.ring_stop == -1:
-                owner.ring_start = h
-            else:
-                self._next[owner.ring_stop] = h
-            owner.ring_stop = h
-        h += 1
-        self._head = 0 if h == self._size else h
-
-        if p is None:
+        seq = self._seq = self._seq + 1  # if kept; a drop returns before using it
+        if not clock:
             # No clock: at-least-once. Commits at once, and is never tracked.
             single = self._single
             single[0] = env
@@ -232,14 +176,50 @@ class Sequencer:
             self._out_pos = 0
             self._inflight = (None, env)
             return True
-        if owner is p:
-            if flags == _CONTINUE:
-                p.max_clock = clock
-                return False
-            self._commit_span(p, clock)
+        flags = (i >> 48) & 0x3FF
+        key = (env.journal.name, i & _MASK48)
+        p = self._partials.get(key)
+        if p is None:
+            p = self._partials[key] = _Partial(key[0], key[1], clock - 1, -1)
+        if flags == _CONTINUE:
+            if clock <= p.max_clock:  # max_clock >= last_ack, always
+                self._seq = seq - 1  # duplicate: dropped, takes no slot
+                return True
+            if p.begin == -1:
+                p.begin = env.begin
+            p.entries.append((seq, clock, env))
+            p.max_clock = clock
+            if seq >= self._sweep_at:
+                self._sweep()
+            return False
+        if flags == _ACK:
+            if clock <= p.last_ack:
+                self._seq = seq - 1  # roll-back: dropped, takes no slot
+                if clock < p.last_ack:
+                    self._warn_old_ack(env, key)
+                p.last_ack = p.max_clock = clock
+                p.begin = -1
+                p.entries = []
+                return True
+            if p.begin != -1:
+                self._commit_span(p, clock, env, seq)
+            else:
+                single = self._single  # an ACK with no span commits alone
+                single[0] = env
+                self._out = single
+                self._out_n = 1
         else:
-            # One envelope commits alone (the common case): reuse one list
-            # rather than allocate one per envelope.
+            if flags:
+                log.warning(
+                    "unknown UUID flags %#x in %s at offset %d: handled as OUTSIDE_TXN",
+                    flags, key[0], env.begin,
+                )
+            if clock <= p.last_ack:
+                self._seq = seq - 1  # duplicate: dropped, takes no slot
+                return True
+            # Commits itself (the common case: reuse one list rather than
+            # allocate one per envelope); an open span (mixed committed and
+            # transactional publishing by one producer) is discarded.
             single = self._single
             single[0] = env
             self._out = single
@@ -247,9 +227,23 @@ class Sequencer:
         self._out_pos = 0
         self._inflight = (p, env)
         p.last_ack = p.max_clock = clock
-        p.begin = -1
-        p.ring_start = p.ring_stop = -1
+        if p.begin != -1:
+            p.begin = -1
+            p.entries = []
         return True
+
+    def _sweep(self) -> None:
+        """Drop the entries that have left the ring, so that memory stays
+        bounded by it even for spans that never end (abandoned producers)."""
+        cutoff = self._seq - self._size
+        for p in self._partials.values():
+            entries = p.entries
+            if entries and entries[0][0] <= cutoff:
+                n = 0
+                while n < len(entries) and entries[n][0] <= cutoff:
+                    n += 1
+                del entries[:n]
+        self._sweep_at = self._seq + self._size
 
     def _warn_old_ack(self, env: Envelope, key: tuple[str, int]) -> None:
         log.warning(
@@ -259,34 +253,23 @@ class Sequencer:
             key[1].to_bytes(6, "big").hex(), key[0], env.begin,
         )
 
-    def _commit_span(self, p: _Partial, ack: int) -> None:
-        """Emit ``p``'s span, whose ACK was just added to the ring."""
-        ring, clocks, nxt = self._ring, self._clocks, self._next
-        idx = p.ring_start
-        first = ring[idx]
-        assert first is not None
-        if first.begin == p.begin:
+    def _commit_span(self, p: _Partial, ack: int, ack_env: Envelope, seq: int) -> None:
+        """Emit ``p``'s span, committed by ``ack_env`` (ring number ``seq``)."""
+        entries = p.entries
+        cutoff = seq - self._size  # entries numbered up to this have left the ring
+        if entries and entries[0][0] > cutoff and entries[0][2].begin == p.begin:
             # Wholly in the ring, where clocks strictly increase (duplicates
-            # were never added): emit all but those beyond the ACK's clock.
-            out = []
-            while idx != -1:
-                if clocks[idx] <= ack:
-                    env = ring[idx]
-                    assert env is not None
-                    out.append(env)
-                idx = nxt[idx]
+            # were never kept): emit all but those beyond the ACK's clock.
+            out = [e for _, clock, e in entries if clock <= ack]
+            out.append(ack_env)
             self._out = out
             self._out_n = len(out)
             return
-        tail: list[tuple[int, Envelope]] = []
-        while idx != -1:
-            env = ring[idx]
-            assert env is not None
-            tail.append((clocks[idx], env))
-            idx = nxt[idx]
+        tail = [(clock, e) for n, clock, e in entries if n > cutoff]
+        tail.append((ack, ack_env))
         self._out = []
         self._out_n = 0
-        self._replay = _Replay(p, ack, first.begin, tail)
+        self._replay = _Replay(p, ack, tail[0][1].begin, tail)
 
     # -- dequeuing --------------------------------------------------------
 
@@ -419,12 +402,11 @@ class Sequencer:
             if p.last_ack < newest[p.journal] - units and p is not keep
         ]
         for key in stale:
-            p = self._partials.pop(key)
-            p.ring_start = p.ring_stop = -1  # ring entries may still name it
+            self._partials.pop(key)
 
     def restore(self, states: Iterable[ProducerState]) -> None:
         """Replace the producer states of a Sequencer that has queued nothing."""
-        if self._ring[0] is not None or self._out or self._replay is not None:
+        if self._seq or self._out or self._replay is not None:
             raise ValueError("cannot restore producer states into a Sequencer that has queued")
         self._partials.clear()
         for s in states:
