@@ -59,8 +59,15 @@ class JSONLinesFraming:
 
     def marshal(self, msg: Any) -> bytes:
         """One frame: the JSON document of ``msg`` and a newline."""
-        if type(msg) is dict:
-            return _encode_with_orjson(msg)
+        if type(msg) in _orjson_dicts:
+            # Inlined _encode_with_orjson: dicts and hook-less dict subclasses
+            # are most messages, and the call shows per frame.
+            try:
+                return _dumps(msg) + b"\n"
+            except _JSONEncodeError as e:
+                raise FrameEncodeError(
+                    f"cannot encode {type(msg).__qualname__} as JSON: {e}"
+                ) from e
         return _encoder_for(type(msg))(msg)
 
     def unmarshal_frame(self, frame: Frame, msg: Any) -> None:
@@ -167,6 +174,11 @@ _encoders: dict[type, _Encoder] = {}
 _decoders: dict[type, _Decoder] = {}
 
 
+# Types that marshal encodes inline with orjson: dict, and the hook-less dict
+# subclasses _encoder_for has seen.
+_orjson_dicts: set[type] = {dict}
+
+
 def _encoder_for(cls: type) -> _Encoder:
     try:
         return _encoders[cls]
@@ -177,6 +189,8 @@ def _encoder_for(cls: type) -> _Encoder:
         encoder = _encode_with_hook
     elif issubclass(cls, dict) or dataclasses.is_dataclass(cls):
         encoder = _encode_with_orjson
+        if issubclass(cls, dict):
+            _orjson_dicts.add(cls)
     else:
         raise UnsupportedMessageError(
             f"the NDJSON framing cannot encode {cls.__qualname__}: it is not a dict"

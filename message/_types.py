@@ -82,6 +82,8 @@ class JsonDocument(dict[str, Any]):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if cls.uuid_path != ("_meta", "uuid") and "set_uuid" not in vars(cls):
+            cls.set_uuid = JsonDocument._set_uuid_at_path  # type: ignore[method-assign]
         if "get_uuid" in vars(cls):
             return  # its own get_uuid decides: no shortcut for the Sequencer
         if cls.uuid_path != ("_meta", "uuid"):
@@ -121,6 +123,16 @@ class JsonDocument(dict[str, Any]):
         return _as_uuid(node)
 
     def set_uuid(self, u: uuid.UUID) -> None:
+        # The default path, spelled out: the Publisher calls this per message.
+        # The UUID object itself is stored: orjson writes it as its canonical
+        # string in C, cheaper than str(u) here. A decoded document holds the
+        # string; get_uuid takes either.
+        meta = self.get("_meta")
+        if not isinstance(meta, dict):
+            meta = self["_meta"] = {}
+        meta["uuid"] = u
+
+    def _set_uuid_at_path(self, u: uuid.UUID) -> None:
         node: dict[str, Any] = self
         *parents, leaf = self.uuid_path
         for k in parents:
@@ -128,9 +140,6 @@ class JsonDocument(dict[str, Any]):
             if not isinstance(child, dict):
                 child = node[k] = {}
             node = child
-        # The UUID object itself: orjson writes it as its canonical string in C,
-        # cheaper than str(u) here. A decoded document holds the string;
-        # get_uuid takes either.
         node[leaf] = u
 
     def new_acknowledgement(self, journal: str) -> Self:
