@@ -29,11 +29,14 @@ _MAKE = threading.Lock()
 class AppendFuture(Future[T], Generic[T]):
     """A Future whose Condition is created lazily (see the module docstring)."""
 
+    # Class-level defaults until set: an append creates one future per call,
+    # and every attribute not stored is time saved on the hot path.
+    _cond: threading.Condition | None = None
+    _state = PENDING
+    _result: Any = None
+    _exception: BaseException | None = None
+
     def __init__(self) -> None:  # no super().__init__(): it would build the Condition
-        self._cond: threading.Condition | None = None
-        self._state = PENDING
-        self._result: Any = None
-        self._exception: BaseException | None = None
         self._waiters: list[Any] = []
         self._done_callbacks: list[Any] = []
 

@@ -96,7 +96,7 @@ class Publisher:
         if validate is not None:
             validate()
         journal, content_type = mapping(msg)
-        framing = self._framing(content_type)
+        framing = self._framings.get(content_type) or self._framing(content_type)
         with self._lock:
             if self._own_clock:
                 # Our own clock is touched only under self._lock, so update()
