@@ -329,9 +329,8 @@ def _recover_intents(root: Path, store: Any) -> None:
     after making them durable, before writing them all) left behind."""
     from message import IntentLog
 
-    # `@` cannot begin a journal name, so @intents/ never collides with a
-    # journal; .intents/ is where earlier versions kept them.
-    logs = [p for d in (_INTENTS_DIR, ".intents") for p in sorted((root / d).glob("*.json"))
+    # `@` cannot begin a journal name, so @intents/ never collides with a journal.
+    logs = [p for p in sorted((root / _INTENTS_DIR).glob("*.json"))
             if re.fullmatch(r"[0-9a-f]{12}\.json", p.name) and p.is_file()]
     for path in logs:
         n = IntentLog(path).recover(store)
