@@ -273,6 +273,16 @@ class ReadCommittedIter(_EnvelopeIter):
                     break
                 yield committed
 
+    @property
+    def commit_offset(self) -> int:
+        """Offset of the envelope whose reading committed the one last yielded
+        (its ACK_TXN, or itself): sorting a journal's committed envelopes by
+        ``(commit_offset, begin)`` gives the Sequencer's output order."""
+        inflight = self.sequencer._inflight
+        if inflight is None:
+            raise RuntimeError("nothing has been committed yet")
+        return inflight[1].begin
+
     def checkpoint(self, prune_horizon: float | datetime.timedelta = 0) -> Checkpoint:
         """Where to resume: read offset and producer states, valid between any
         two yields. ``prune_horizon`` forgets producers idle that long (see

@@ -26,9 +26,8 @@ import pyarrow as pa
 from journal import JournalClient
 from message import (
     Envelope,
-    MustStartReplay,
     ProducerState,
-    ReadUncommittedIter,
+    ReadCommittedIter,
     Sequencer,
     get_clock,
     get_flags,
@@ -70,26 +69,12 @@ def sequence_range(
     ``on_commit(envelope, commit_offset)`` for each committed envelope, in
     order; return the producer states at ``end``."""
     seq = Sequencer(states)
-    with ReadUncommittedIter(
-        client, journal, content.new_message, offset=start, end_offset=end
+    with ReadCommittedIter(
+        client, journal, content.new_message, seq, offset=start, end_offset=end
     ) as it:
-        for env in it:
-            seq.queue_uncommitted(env)
-            while True:
-                try:
-                    out = seq.deque_committed()
-                except MustStartReplay:
-                    begin, stop = seq.replay_range()
-                    seq.start_replay(
-                        ReadUncommittedIter(
-                            client, journal, content.new_message, offset=begin, end_offset=stop
-                        )
-                    )
-                    continue
-                if out is None:
-                    break
-                if on_commit is not None:
-                    on_commit(out, env.begin)
+        for out in it:
+            if on_commit is not None:
+                on_commit(out, it.commit_offset)
     return seq.producer_states(prune_horizon)
 
 

@@ -211,3 +211,20 @@ def test_journal_without_content_type_is_a_clear_error() -> None:
         client.create("plain/bytes", {})
         with pytest.raises(UnknownContentTypeError):
             ReadUncommittedIter(client, "plain/bytes", new_doc)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_commit_offset_orders_output_like_the_sequencer(seed: int) -> None:
+    """commit_offset is the begin of the committing envelope: sorting by
+    (commit_offset, begin) reproduces the output order, and for a lone committed
+    message it is the message itself."""
+    with MemoryJournalClient() as client:
+        client.create(J, NDJSON)
+        random_workload(client, random.Random(seed), 100)
+        it = ReadCommittedIter(client, J, new_doc, Sequencer(buffer=2))
+        with pytest.raises(RuntimeError):
+            it.commit_offset  # noqa: B018 -- nothing committed yet
+        rows = [(it.commit_offset, e.begin, key(e)) for e in it]
+        assert [r[2] for r in sorted(rows)] == [r[2] for r in rows]
+        assert all(c >= b for c, b, _ in rows)
+        assert any(c == b for c, b, _ in rows) and any(c > b for c, b, _ in rows)
