@@ -182,10 +182,10 @@ def test_a_write_job_that_fails_leaves_nothing_visible(spark: Any, tmp_path: Pat
         (df.write.format("journal").option("root", str(tmp_path)).option("journal", "out")
          .mode("append").save())
     assert committed_docs(tmp_path, "out") == []
-    with LocalJournalStore(tmp_path) as store:
-        it = ReadCommittedIter(store, "out", lambda _s: JsonDocument())
-        list(it)
-        assert not it.sequencer.has_pending({})  # every transaction was rolled back
+    # No assertion that every transaction was rolled back: when the job fails,
+    # Spark kills the other tasks' attempts, and an attempt killed mid-write
+    # leaves a transaction nobody acknowledges (docs/spark.md) — pending for
+    # ever, and never read-committed, which is what the line above checks.
 
 
 def test_durable_intents_are_reapplied_by_the_next_read(spark: Any, tmp_path: Path) -> None:
