@@ -44,16 +44,6 @@ class Result:
         return got >= self.target if self.higher_is_better else got <= self.target
 
 
-def best_of(fn: Callable[[], object], repeat: int = 3) -> float:
-    """Seconds taken by the fastest of ``repeat`` calls of ``fn``."""
-    best = float("inf")
-    for _ in range(max(1, repeat)):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def interleaved(fns: dict[str, Callable[[], object]], repeat: int = 3) -> dict[str, float]:
     """Best time of each function, running them in turn (A, B, A, B, ...) so
     that a burst of load on the machine hits all of them alike."""
