@@ -123,6 +123,13 @@ class JSONLinesFraming:
         """Every complete line of ``r``; see ``Framing.read_frames``."""
         return read_lines(r, chunk_size)
 
+    def plain_json(self) -> tuple[Callable[[Frame], Any], set[type]]:
+        """For readers that decode in bulk: ``(loads, types)``, where decoding
+        a frame into a message whose type is in ``types`` (a set that only
+        grows) is ``loads(frame)``, which must give a ``dict``, merged into the
+        emptied message; any other outcome is ``unmarshal_frame``'s to handle."""
+        return _loads, _plain_dicts
+
     def __repr__(self) -> str:
         return "JSONLinesFraming()"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import logging
+import os
 from collections import deque
 from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any, Self, cast
@@ -20,7 +21,9 @@ from ._checkpoint import Checkpoint
 from ._envelope import Envelope
 from ._errors import MustStartReplay
 from ._interfaces import NewMessageFunc
-from ._sequencer import Sequencer
+from ._sequencer import Sequencer, _Partial
+from ._types import JsonDocument
+from ._uuid import UUID_INT_OF
 
 if TYPE_CHECKING:
     import datetime
@@ -28,6 +31,26 @@ if TYPE_CHECKING:
     from journal import JournalClient, JournalReader, JournalSpec
 
 log = logging.getLogger("message")
+
+
+def _load_speedups() -> Any:
+    """The C loops of message/_speedups.c, or None: not built (no compiler
+    at install time), or turned off with ``EXACTLY_PURE_PYTHON=1``. They
+    run the same steps as the Python code below, only faster."""
+    if os.environ.get("EXACTLY_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    try:
+        from . import _speedups  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    if getattr(_speedups, "VERSION", None) != 1:
+        return None  # built from another version of the source: not used
+    _speedups.configure(Envelope, Sequencer, _Partial, UUID_INT_OF, JsonDocument._uuid_int)
+    return _speedups
+
+
+#: The C speedups module, or None when the pure Python loops run.
+SPEEDUPS: Any = _load_speedups()
 
 
 class _OffsetTracker:
@@ -119,7 +142,14 @@ class ReadUncommittedIter(_EnvelopeIter):
         self._last: Envelope | None = None
         self._reader = client.read(journal, offset, end_offset, block=block)
         bulk = hasattr(self._framing, "read_frames") and hasattr(self._framing, "unmarshal_frame")
-        self._gen = self._generate() if bulk else self._generate_per_frame()
+        # The C loop, when built: the same steps as _generate.
+        self._fast: Any = None
+        self._fast_capable = bulk and SPEEDUPS is not None
+        self._jumps: deque[tuple[int, int]] = deque()
+        if self._fast_capable:
+            self._gen = self._generate_fast()
+        else:
+            self._gen = self._generate() if bulk else self._generate_per_frame()
 
     def _generate_per_frame(self) -> Generator[Envelope, None, None]:
         """For a framing with only the Framing protocol's new_unmarshal_func:
@@ -176,11 +206,57 @@ class ReadUncommittedIter(_EnvelopeIter):
         finally:
             self._reader.close()
 
+    def _fast_reader(self) -> Any:
+        """The C EnvelopeReader of this iterator (made at the first call),
+        for _generate_fast or for a ReadCommittedIter to drive directly."""
+        if self._fast is None:
+            tracker = _OffsetTracker(self._reader)
+            jumps = tracker.jumps
+
+            def rebase(begin: int, base: int) -> int:
+                # Retention removed what came next (the journal's reader has
+                # logged it): offsets continue further on.
+                while jumps and jumps[0][0] <= begin:
+                    _, base = jumps.popleft()
+                return base
+
+            plain_json = getattr(self._framing, "plain_json", None)
+            loads, plain = plain_json() if plain_json is not None else (None, None)
+            self._fast = SPEEDUPS.EnvelopeReader(
+                self._framing.read_frames(tracker), self.spec, self._new_message,
+                self._framing.unmarshal_frame, jumps, rebase, self._corrupt, FramingError,
+                tracker.start, loads, plain,
+            )
+            self._jumps = jumps
+        return self._fast
+
+    def _generate_fast(self) -> Generator[Envelope, None, None]:
+        fast = self._fast_reader()
+        try:
+            try:
+                yield from fast
+            except TruncatedFrameError as exc:
+                self._truncated(exc)
+        finally:
+            self._reader.close()
+
+    def _truncated(self, exc: TruncatedFrameError) -> None:
+        """Input ended inside a frame (C loop): a journal's appends are whole
+        frames, so its bytes are not what the framing says."""
+        fast = self._fast
+        self._corrupt(exc, fast.base + (exc.offset or 0) if not self._jumps else -1)
+
     @property
     def offset(self) -> int:
         """Journal offset just past the last envelope yielded (before any:
         the offset reading started at)."""
-        return self._start if self._last is None else self._last.end
+        last = self._last if self._fast is None else self._fast.last
+        return self._start if last is None else cast(int, last.end)
+
+    def close(self) -> None:
+        """Stop reading and release the journal reader."""
+        self._gen.close()
+        self._reader.close()  # if _gen never started, closing it did nothing
 
     def _corrupt(self, exc: FramingError, offset: int) -> None:
         exc_any: Any = exc
@@ -237,7 +313,15 @@ class ReadCommittedIter(_EnvelopeIter):
         )
         self.spec = self._uncommitted.spec
         self.replays = 0
-        self._gen = self._generate()
+        seq = self.sequencer
+        if (
+            self._uncommitted._fast_capable
+            and type(seq).queue_uncommitted is Sequencer.queue_uncommitted
+            and type(seq).deque_committed is Sequencer.deque_committed
+        ):
+            self._gen = self._generate_fast(self._uncommitted, seq)
+        else:
+            self._gen = self._generate()
 
     @property
     def skipped(self) -> int:
@@ -245,33 +329,57 @@ class ReadCommittedIter(_EnvelopeIter):
         return self._uncommitted.skipped
 
     def _generate(self) -> Generator[Envelope, None, None]:
-        seq = self.sequencer
-        queue, deque_committed = seq.queue_uncommitted, seq.deque_committed
         for env in self._uncommitted:
-            queue(env)
-            if seq._out_pos == 0 and seq._out_n == 1:
-                # One envelope committed alone, the common case: take it
-                # without two deque_committed() calls (same package, same
-                # bookkeeping as deque_committed does).
-                seq._out_pos = 1
-                yield seq._out[0]
+            yield from self._sequence(env)
+
+    def _sequence(self, env: Envelope) -> Generator[Envelope, None, None]:
+        """Queue ``env`` and yield what it commits, replaying as needed."""
+        seq = self.sequencer
+        seq.queue_uncommitted(env)
+        if seq._out_pos == 0 and seq._out_n == 1:
+            # One envelope committed alone, the common case: take it
+            # without two deque_committed() calls (same package, same
+            # bookkeeping as deque_committed does).
+            seq._out_pos = 1
+            yield seq._out[0]
+            return
+        deque_committed = seq.deque_committed
+        while True:
+            try:
+                committed = deque_committed()
+            except MustStartReplay:
+                begin, end = seq.replay_range()
+                self.replays += 1
+                seq.start_replay(
+                    ReadUncommittedIter(
+                        self._client, self._journal, self._new_message,
+                        offset=begin, end_offset=end,
+                    )
+                )
                 continue
+            if committed is None:
+                return
+            yield committed
+
+    def _generate_fast(
+        self, unc: ReadUncommittedIter, seq: Sequencer
+    ) -> Generator[Envelope, None, None]:
+        """The C loop commits the envelopes that commit alone; it stops at
+        any other, which the Python Sequencer takes (see _speedups.c)."""
+        fast = SPEEDUPS.CommittedReader(unc._fast_reader(), seq)
+        try:
             while True:
                 try:
-                    committed = deque_committed()
-                except MustStartReplay:
-                    begin, end = seq.replay_range()
-                    self.replays += 1
-                    seq.start_replay(
-                        ReadUncommittedIter(
-                            self._client, self._journal, self._new_message,
-                            offset=begin, end_offset=end,
-                        )
-                    )
-                    continue
-                if committed is None:
-                    break
-                yield committed
+                    yield from fast
+                except TruncatedFrameError as exc:
+                    unc._truncated(exc)
+                    return
+                env = fast.take()
+                if env is None:
+                    return
+                yield from self._sequence(env)
+        finally:
+            unc.close()
 
     @property
     def commit_offset(self) -> int:

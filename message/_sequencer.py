@@ -106,6 +106,7 @@ class Sequencer:
     """
 
     __slots__ = (
+        "_epoch",
         "_inflight",
         "_out",
         "_out_n",
@@ -128,6 +129,9 @@ class Sequencer:
         self._seq = 0
         self._sweep_at = size  # when to drop entries that left the ring
         self._partials: dict[tuple[str, int], _Partial] = {}
+        # Counts the times partials were forgotten (pruned, or replaced by a
+        # restore): the C read loop caches partials while it is unchanged.
+        self._epoch = 0
         for s in states:
             pid = int.from_bytes(s.producer, "big")
             self._partials[(s.journal, pid)] = _Partial(s.journal, pid, s.last_ack, s.begin)
@@ -403,12 +407,15 @@ class Sequencer:
         ]
         for key in stale:
             self._partials.pop(key)
+        if stale:
+            self._epoch += 1
 
     def restore(self, states: Iterable[ProducerState]) -> None:
         """Replace the producer states of a Sequencer that has queued nothing."""
         if self._seq or self._out or self._replay is not None:
             raise ValueError("cannot restore producer states into a Sequencer that has queued")
         self._partials.clear()
+        self._epoch += 1
         for s in states:
             pid = int.from_bytes(s.producer, "big")
             self._partials[(s.journal, pid)] = _Partial(s.journal, pid, s.last_ack, s.begin)
