@@ -7,7 +7,8 @@ STAMP   := $(VENV)/.installed
 
 .PHONY: demo test lint bench clean
 
-$(STAMP): pyproject.toml
+# Re-installing also rebuilds the optional C extension (message/_speedups.c).
+$(STAMP): pyproject.toml setup.py message/_speedups.c
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[spark,test]'

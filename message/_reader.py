@@ -137,6 +137,7 @@ class ReadUncommittedIter(_EnvelopeIter):
             raise
         self._new_message = new_message
         self._skip_corrupt = skip_corrupt
+        self._quiet = False  # a replay: corrupt frames were reported already
         self.skipped = 0
         self._start = offset
         self._last: Envelope | None = None
@@ -266,7 +267,10 @@ class ReadUncommittedIter(_EnvelopeIter):
             exc.add_note(f"in journal {self.spec.name} at offset {offset}")
             raise exc
         self.skipped += 1
-        log.warning("skipped a corrupt frame of %s at offset %d: %s", self.spec.name, offset, exc)
+        if not self._quiet:
+            log.warning(
+                "skipped a corrupt frame of %s at offset %d: %s", self.spec.name, offset, exc
+            )
 
 
 
@@ -350,16 +354,22 @@ class ReadCommittedIter(_EnvelopeIter):
             except MustStartReplay:
                 begin, end = seq.replay_range()
                 self.replays += 1
-                seq.start_replay(
-                    ReadUncommittedIter(
-                        self._client, self._journal, self._new_message,
-                        offset=begin, end_offset=end,
-                    )
-                )
+                seq.start_replay(self._replay_iter(begin, end))
                 continue
             if committed is None:
                 return
             yield committed
+
+    def _replay_iter(self, begin: int, end: int) -> ReadUncommittedIter:
+        """The frames ``[begin, end)`` again. Corrupt frames among them were
+        reported (or skipped and counted) when first read; a replay skips
+        them without a word."""
+        it = ReadUncommittedIter(
+            self._client, self._journal, self._new_message, offset=begin, end_offset=end,
+            skip_corrupt=self._uncommitted._skip_corrupt,
+        )
+        it._quiet = True
+        return it
 
     def _generate_fast(
         self, unc: ReadUncommittedIter, seq: Sequencer

@@ -20,3 +20,16 @@ def spark() -> Iterator[Any]:
     session = pipeline.local_session("local[2,4]", conf={"spark.sql.shuffle.partitions": "2"})
     yield session
     session.stop()
+
+
+@pytest.fixture(params=["c", "python"])
+def read_loops(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test with the read iterators' C loops (message/_speedups.c),
+    then with the pure Python ones: both must behave the same."""
+    import message._reader as reader
+
+    if request.param == "python":
+        monkeypatch.setattr(reader, "SPEEDUPS", None)
+    elif reader.SPEEDUPS is None:
+        pytest.skip("message._speedups is not built here")
+    return str(request.param)

@@ -29,6 +29,9 @@ from message import (
     get_flags,
 )
 
+# Every test runs with the C read loops and with the Python ones.
+pytestmark = pytest.mark.usefixtures("read_loops")
+
 NDJSON = {"content-type": "application/x-ndjson"}
 J = "events/part-0"
 

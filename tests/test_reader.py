@@ -22,6 +22,9 @@ from message import (
 from message._publisher import Publisher
 from tests.sequencer_model import committed_output
 
+# Every test runs with the C read loops and with the Python ones.
+pytestmark = pytest.mark.usefixtures("read_loops")
+
 NDJSON = {"content-type": "application/x-ndjson"}
 J = "orders/part-0"
 
@@ -228,3 +231,21 @@ def test_commit_offset_orders_output_like_the_sequencer(seed: int) -> None:
         assert [r[2] for r in sorted(rows)] == [r[2] for r in rows]
         assert all(c >= b for c, b, _ in rows)
         assert any(c == b for c, b, _ in rows) and any(c > b for c, b, _ in rows)
+
+
+def test_a_replay_over_a_skipped_corrupt_frame_skips_it_again_without_counting_it() -> None:
+    """With skip_corrupt, a transaction replayed across a corrupt frame is
+    still committed; the frame is counted once, when first read."""
+    with MemoryJournalClient() as client:
+        client.create(J, NDJSON)
+        pub = Publisher(client, Clock(new_clock(1_700_000_000 * 10**9)))
+        to = lambda _m: (J, "application/x-ndjson")  # noqa: E731
+        pub.publish_uncommitted(to, Doc("a")).result()
+        client.append(J, b"{not json\n").result()
+        pub.publish_uncommitted(to, Doc("b")).result()
+        for intent in pub.build_ack_intents():
+            client.append(intent.journal, intent.intent).result()
+        it = ReadCommittedIter(client, J, new_doc, Sequencer(buffer=1), skip_corrupt=True)
+        assert [e.message.s for e in it] == ["a", "b", "ack"]
+        assert it.replays == 1
+        assert it.skipped == 1

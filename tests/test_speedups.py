@@ -1,0 +1,455 @@
+"""The C read loops (message/_speedups.c) against the Python ones: the same
+envelopes, replays, skipped frames, errors and checkpoints, on random
+journals with every kind of message, odd UUID spellings and garbage."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import logging
+import os
+import pickle
+import random
+import shutil
+import subprocess
+import sys
+import sysconfig
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import message._reader as reader_module
+from framing import FrameDecodeError, TruncatedFrameError
+from journal import MemoryJournalClient
+from message import (
+    Clock,
+    CSVRecord,
+    Envelope,
+    Flags,
+    JsonDocument,
+    Publisher,
+    ReadCommittedIter,
+    ReadUncommittedIter,
+    Sequencer,
+    build_uuid,
+    new_clock,
+)
+
+J = "odd/part-0"
+NDJSON = {"content-type": "application/x-ndjson"}
+CSV = {"content-type": "text/csv"}
+ROOT = Path(__file__).resolve().parent.parent
+
+needs_c = pytest.mark.skipif(reader_module.SPEEDUPS is None, reason="C loops not built here")
+
+
+@contextlib.contextmanager
+def loops(mode: str) -> Iterator[None]:
+    """Use the C loops ("c") or the Python ones ("python") inside the block."""
+    saved = reader_module.SPEEDUPS
+    reader_module.SPEEDUPS = saved if mode == "c" else None
+    try:
+        yield
+    finally:
+        reader_module.SPEEDUPS = saved
+
+
+@dataclasses.dataclass
+class Doc:
+    """A dataclass message: the Sequencer asks it get_uuid()."""
+
+    v: str = ""
+    uuid: uuid.UUID = dataclasses.field(default_factory=lambda: uuid.UUID(int=0))
+
+    def get_uuid(self) -> uuid.UUID:
+        return self.uuid
+
+    def set_uuid(self, u: uuid.UUID) -> None:
+        self.uuid = u
+
+    def new_acknowledgement(self, journal: str) -> Doc:
+        return Doc("ack")
+
+
+class CountingDocument(JsonDocument):
+    """A document type whose own __getitem__ must be honoured."""
+
+    lookups = 0
+
+    def __getitem__(self, key: str) -> Any:
+        type(self).lookups += 1
+        return super().__getitem__(key)
+
+
+def as_json(env: Envelope) -> tuple[int, int, Any]:
+    msg = env.message
+    if isinstance(msg, dict):
+        body: Any = dict(msg)
+    elif isinstance(msg, list):
+        body = list(msg)
+    else:
+        body = dataclasses.astuple(msg)
+    return env.begin, env.end, repr(body)
+
+
+# -- random journals --------------------------------------------------------
+
+ODD_UUIDS = [
+    lambda u: str(u).upper(),                   # canonical, upper case: same UUID
+    lambda u: "{" + str(u) + "}",               # braces: parsed by uuid.UUID
+    lambda u: u.hex,                            # no hyphens
+    lambda u: "urn:uuid:" + str(u),
+    lambda u: str(u)[:-1] + "g",                # not hex: the nil UUID
+    lambda u: str(u).replace("-", "_", 1),      # 36 characters, not canonical
+    lambda u: " " + str(u)[1:],
+    lambda u: 12345,                            # a number
+    lambda u: None,
+]
+
+GARBAGE = [
+    b"not json\n",
+    b"[1, 2, 3]\n",
+    b"null\n",
+    b'{"_meta": "not a dict"}\n',
+    b'{"_meta": {}}\n',
+    b"{}\n",
+    b'{"_meta": {"uuid": ""}}\n',
+    b'\xff\xfe{"a": 1}\n',
+]
+
+
+def write_json_journal(client: MemoryJournalClient, rng: random.Random, steps: int) -> None:
+    """Publishers committing, transacting, acknowledging and rolling back;
+    duplicated appends; documents with odd UUID spellings; garbage lines."""
+    client.create(J, NDJSON)
+    to = lambda _m: (J, "application/x-ndjson")  # noqa: E731
+    base = new_clock(1_700_000_000 * 10**9)
+    pubs = [Publisher(client, Clock(base + 1000 * i)) for i in range(3)]
+    frames: list[bytes] = []
+    for step in range(steps):
+        pub = rng.choice(pubs)
+        r = rng.random()
+        if r < 0.35:
+            res = pub.publish_committed(to, JsonDocument(v=step)).result()
+        elif r < 0.55:
+            res = pub.publish_uncommitted(to, JsonDocument(v=step)).result()
+        elif r < 0.65 and pub.has_open_transaction:
+            for i in pub.build_ack_intents():
+                client.append(i.journal, i.intent).result()
+            continue
+        elif r < 0.7 and pub.has_open_transaction:
+            for i in pub.build_rollback_intents():
+                client.append(i.journal, i.intent).result()
+            continue
+        elif r < 0.8 and frames:
+            client.append(J, rng.choice(frames)).result()  # a retried append
+            continue
+        elif r < 0.9:
+            u = build_uuid(bytes([1, 2, 3, 4, 5, rng.randrange(3)]),
+                           base + step * 16, rng.choice([0, 0, 1, 2, 0x40]))
+            doc = {"v": step, "_meta": {"uuid": rng.choice(ODD_UUIDS)(u)}}
+            client.append(J, orjson_line(doc)).result()
+            continue
+        else:
+            client.append(J, rng.choice(GARBAGE)).result()
+            continue
+        with client.read(J, res.begin, res.end) as rd:
+            frames.append(rd.read())
+
+
+def orjson_line(doc: Any) -> bytes:
+    return orjson.dumps(doc) + b"\n"
+
+
+def read_committed(mode: str, client: MemoryJournalClient, new: Callable[[Any], Any],
+                   buffer: int) -> tuple[list[Any], list[Any], int, int]:
+    """Everything a committed read shows: envelopes, a checkpoint between
+    every two yields, replays and skipped frames."""
+    with loops(mode):
+        it = ReadCommittedIter(client, J, new, Sequencer(buffer=buffer), skip_corrupt=True)
+        out, cps = [], [it.checkpoint()]
+        for env in it:
+            out.append(as_json(env))
+            cps.append(it.checkpoint())
+        return out, cps, it.replays, it.skipped
+
+
+def read_uncommitted(mode: str, client: MemoryJournalClient,
+                     new: Callable[[Any], Any]) -> tuple[list[Any], int, int]:
+    with loops(mode):
+        it = ReadUncommittedIter(client, J, new, skip_corrupt=True)
+        out = [as_json(env) for env in it]
+        return out, it.skipped, it.offset
+
+
+@needs_c
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32), steps=st.integers(1, 80),
+       buffer=st.sampled_from([1, 2, 3, 16, 4096]))
+def test_json_documents_read_the_same_in_c_and_python(seed: int, steps: int, buffer: int) -> None:
+    rng = random.Random(seed)
+    with MemoryJournalClient() as client:
+        write_json_journal(client, rng, steps)
+        for new in (lambda _s: JsonDocument(), lambda _s: {}):
+            assert read_uncommitted("c", client, new) == read_uncommitted("python", client, new)
+        new = lambda _s: JsonDocument()  # noqa: E731
+        c = read_committed("c", client, new, buffer)
+        assert c == read_committed("python", client, new, buffer)
+
+
+@needs_c
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32), steps=st.integers(1, 60),
+       buffer=st.sampled_from([1, 2, 4096]))
+def test_resuming_from_every_checkpoint_mixes_c_and_python(seed: int, steps: int,
+                                                           buffer: int) -> None:
+    """A checkpoint taken by one implementation resumes in the other."""
+    rng = random.Random(seed)
+    with MemoryJournalClient() as client:
+        write_json_journal(client, rng, steps)
+        new = lambda _s: JsonDocument()  # noqa: E731
+        full, cps, _, _ = read_committed("c", client, new, buffer)
+        for n, cp in enumerate(cps):
+            mode = rng.choice(["c", "python"])
+            with loops(mode):
+                rest = [as_json(e) for e in
+                        ReadCommittedIter(client, J, new, checkpoint=cp, skip_corrupt=True)]
+            assert full[:n] + rest == full, (n, mode)
+
+
+def write_typed_journal(client: MemoryJournalClient, rng: random.Random, steps: int,
+                        labels: dict[str, str], make: Callable[[int], Any]) -> None:
+    client.create(J, labels)
+    content_type = labels["content-type"]
+    to = lambda _m: (J, content_type)  # noqa: E731
+    base = new_clock(1_700_000_000 * 10**9)
+    pubs = [Publisher(client, Clock(base + 1000 * i)) for i in range(2)]
+    for step in range(steps):
+        pub = rng.choice(pubs)
+        r = rng.random()
+        if r < 0.5:
+            pub.publish_committed(to, make(step)).result()
+        elif r < 0.8:
+            pub.publish_uncommitted(to, make(step)).result()
+        elif pub.has_open_transaction:
+            intents = pub.build_ack_intents() if r < 0.9 else pub.build_rollback_intents()
+            for i in intents:
+                client.append(i.journal, i.intent).result()
+                if rng.random() < 0.3:
+                    client.append(i.journal, i.intent).result()  # duplicated
+
+
+@needs_c
+@pytest.mark.parametrize("kind", ["csv", "dataclass", "counting"])
+@pytest.mark.parametrize("seed", range(4))
+def test_other_message_types_read_the_same(kind: str, seed: int) -> None:
+    """CSV records (UUID from the UUID_INT_OF registry), dataclasses (from
+    get_uuid) and a document type with its own __getitem__."""
+    rng = random.Random(seed)
+    new: Callable[[Any], Any]
+    with MemoryJournalClient() as client:
+        if kind == "csv":
+            write_typed_journal(client, rng, 60, CSV, lambda i: CSVRecord(["", str(i)]))
+            new = lambda _s: CSVRecord()  # noqa: E731
+        elif kind == "dataclass":
+            write_typed_journal(client, rng, 60, NDJSON, lambda i: Doc(str(i)))
+            new = lambda _s: Doc()  # noqa: E731
+        else:
+            write_typed_journal(client, rng, 60, NDJSON, lambda i: CountingDocument(v=i))
+            new = lambda _s: CountingDocument()  # noqa: E731
+        for buffer in (1, 4096):
+            c = read_committed("c", client, new, buffer)
+            assert c[0], "nothing committed"
+            assert c == read_committed("python", client, new, buffer)
+        if kind == "counting":
+            before = CountingDocument.lookups
+            read_committed("c", client, new, 4096)
+            assert CountingDocument.lookups > before
+
+
+# -- errors -----------------------------------------------------------------
+
+
+def journal_with(lines: list[bytes]) -> MemoryJournalClient:
+    client = MemoryJournalClient()
+    client.create(J, NDJSON)
+    for line in lines:
+        client.append(J, line).result()
+    return client
+
+
+def good_line(n: int) -> bytes:
+    u = build_uuid(b"\x01\x02\x03\x04\x05\x06", new_clock(1_700_000_000 * 10**9) + n,
+                   Flags.OUTSIDE_TXN)
+    return orjson_line({"v": n, "_meta": {"uuid": str(u)}})
+
+
+@pytest.mark.usefixtures("read_loops")
+@pytest.mark.parametrize("committed", [False, True])
+def test_corrupt_frame_is_an_error_naming_journal_and_offset(committed: bool) -> None:
+    client = journal_with([good_line(1), good_line(2), b"{oops\n", good_line(3)])
+    it_type = ReadCommittedIter if committed else ReadUncommittedIter
+    offset = len(good_line(1)) + len(good_line(2))
+    it = it_type(client, J, lambda _s: JsonDocument())
+    assert [e.message["v"] for e in (next(it), next(it))] == [1, 2]
+    with pytest.raises(FrameDecodeError) as info:
+        next(it)
+    err: Any = info.value
+    assert (err.journal, err.offset) == (J, offset)
+    assert f"in journal {J} at offset {offset}" in "\n".join(err.__notes__)
+    assert err.__traceback__ is not None
+
+
+@pytest.mark.usefixtures("read_loops")
+@pytest.mark.parametrize("committed", [False, True])
+def test_truncated_tail_is_an_error_or_skipped(committed: bool) -> None:
+    client = journal_with([good_line(1), b'{"v": 2'])
+    it_type = ReadCommittedIter if committed else ReadUncommittedIter
+    with pytest.raises(TruncatedFrameError) as info:
+        list(it_type(client, J, lambda _s: JsonDocument()))
+    assert getattr(info.value, "offset", None) == len(good_line(1))
+    it = it_type(client, J, lambda _s: JsonDocument(), skip_corrupt=True)
+    assert [e.message["v"] for e in it] == [1]
+    assert it.skipped == 1
+
+
+class BoomError(Exception):
+    pass
+
+
+@pytest.mark.usefixtures("read_loops")
+@pytest.mark.parametrize("committed", [False, True])
+def test_exceptions_of_user_code_propagate_unchanged(committed: bool) -> None:
+    client = journal_with([good_line(1), good_line(2)])
+    it_type = ReadCommittedIter if committed else ReadUncommittedIter
+    calls = iter([JsonDocument()])
+
+    def new(_spec: object) -> JsonDocument:
+        try:
+            return next(calls)
+        except StopIteration:
+            raise BoomError("no more messages") from None
+
+    it = it_type(client, J, new)
+    assert next(it).message["v"] == 1
+    with pytest.raises(BoomError):
+        next(it)
+
+    class BadUUID(JsonDocument):
+        def get_uuid(self) -> uuid.UUID:
+            raise BoomError("get_uuid")
+
+    if committed:
+        with pytest.raises(BoomError):
+            list(ReadCommittedIter(client, J, lambda _s: BadUUID()))
+
+
+@needs_c
+def test_a_sequencer_subclass_sees_every_envelope() -> None:
+    """Overriding queue_uncommitted turns the C loop off: the override runs."""
+    seen: list[int] = []
+
+    class Watching(Sequencer):
+        def queue_uncommitted(self, env: Envelope) -> bool:
+            seen.append(env.begin)
+            return super().queue_uncommitted(env)
+
+    client = journal_with([good_line(n) for n in range(5)])
+    out = [e.begin for e in ReadCommittedIter(client, J, lambda _s: JsonDocument(), Watching())]
+    assert seen == out and len(out) == 5
+
+
+@pytest.mark.usefixtures("read_loops")
+@pytest.mark.parametrize("committed", [False, True])
+def test_closing_releases_the_journal_reader(committed: bool) -> None:
+    client = journal_with([good_line(n) for n in range(5)])
+    opened: list[Any] = []
+    real_read = client.read
+
+    def read(*args: Any, **kwargs: Any) -> Any:
+        opened.append(real_read(*args, **kwargs))
+        return opened[-1]
+
+    client.read = read  # type: ignore[method-assign]
+    it_type = ReadCommittedIter if committed else ReadUncommittedIter
+    it = it_type(client, J, lambda _s: JsonDocument())
+    next(it)
+    it.close()
+    assert opened and all(r.closed for r in opened)
+    opened.clear()
+    list(it_type(client, J, lambda _s: JsonDocument()))
+    assert opened and all(r.closed for r in opened)
+
+
+# -- the envelopes themselves -----------------------------------------------
+
+
+@needs_c
+def test_envelopes_made_in_c_are_ordinary_envelopes() -> None:
+    client = journal_with([good_line(1)])
+    with loops("c"):
+        (c_env,) = ReadUncommittedIter(client, J, lambda _s: JsonDocument())
+    with loops("python"):
+        (py_env,) = ReadUncommittedIter(client, J, lambda _s: JsonDocument())
+    assert type(c_env) is Envelope
+    assert c_env == py_env and repr(c_env) == repr(py_env)
+    assert dataclasses.astuple(c_env) == dataclasses.astuple(py_env)
+    assert pickle.loads(pickle.dumps(c_env)) == c_env
+    assert dataclasses.replace(c_env, begin=7).begin == 7
+
+
+@needs_c
+@pytest.mark.parametrize("committed", [False, True])
+def test_no_envelope_outlives_its_reader(committed: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reference counts are right: nothing the loops made is kept alive."""
+    client = journal_with([good_line(n) for n in range(300)] + [b"junk\n"])
+    # A log record of the skipped frame would hold its traceback, and so the
+    # reader's frame: not what this test is about.
+    monkeypatch.setattr(logging.getLogger("message"), "disabled", True)
+
+    def envelopes() -> int:
+        return sum(type(o) is Envelope for o in gc.get_objects())
+
+    it_type = ReadCommittedIter if committed else ReadUncommittedIter
+    gc.collect()
+    before = envelopes()
+    with loops("c"):
+        for _ in range(3):
+            it = it_type(client, J, lambda _s: JsonDocument(), skip_corrupt=True)
+            assert sum(1 for _ in it) == 300
+            it.close()
+            del it
+    gc.collect()
+    assert envelopes() == before
+
+
+# -- how the extension is found ---------------------------------------------
+
+
+def _compiler_available() -> bool:
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    return shutil.which(cc) is not None
+
+
+def test_the_c_loops_are_built_where_a_compiler_is() -> None:
+    """`pip install` builds message/_speedups.c when it can (it is optional)."""
+    if os.environ.get("EXACTLY_PURE_PYTHON", "") not in ("", "0"):
+        pytest.skip("EXACTLY_PURE_PYTHON is set")
+    if not _compiler_available():
+        pytest.skip("no C compiler: the Python loops run")
+    assert reader_module.SPEEDUPS is not None
+
+
+def test_exactly_pure_python_turns_the_c_loops_off() -> None:
+    code = "import message._reader as r; print(r.SPEEDUPS is None)"
+    env = {**os.environ, "EXACTLY_PURE_PYTHON": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT,
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
