@@ -13,7 +13,7 @@ import logging
 import os
 from collections import deque
 from collections.abc import Generator, Iterator
-from typing import TYPE_CHECKING, Any, Self, cast
+from typing import TYPE_CHECKING, Any, Protocol, Self, cast
 
 from framing import FramingError, TruncatedFrameError, framing_by_content_type
 
@@ -43,7 +43,7 @@ def _load_speedups() -> Any:
         from . import _speedups  # type: ignore[attr-defined]
     except ImportError:
         return None
-    if getattr(_speedups, "VERSION", None) != 1:
+    if getattr(_speedups, "VERSION", None) != 2:
         return None  # built from another version of the source: not used
     _speedups.configure(Envelope, Sequencer, _Partial, UUID_INT_OF, JsonDocument._uuid_int)
     return _speedups
@@ -80,12 +80,20 @@ class _OffsetTracker:
         return data
 
 
-class _EnvelopeIter:
-    """What both iterators share: iteration runs the generator ``_gen``
-    (``iter()`` returns it, so a ``for`` loop resumes it directly), and
-    closing stops it."""
+class _Steps(Protocol):
+    """What runs an iteration: a generator, or one of the C loops."""
 
-    _gen: Generator[Envelope, None, None]
+    def __iter__(self) -> Iterator[Envelope]: ...
+    def __next__(self) -> Envelope: ...
+    def close(self) -> None: ...
+
+
+class _EnvelopeIter:
+    """What both iterators share: iteration runs ``_gen``, a generator or a
+    C loop (``iter()`` returns it, so a ``for`` loop resumes it directly),
+    and closing stops it."""
+
+    _gen: _Steps
 
     def __iter__(self) -> Iterator[Envelope]:
         return self._gen
@@ -148,7 +156,7 @@ class ReadUncommittedIter(_EnvelopeIter):
         self._fast_capable = bulk and SPEEDUPS is not None
         self._jumps: deque[tuple[int, int]] = deque()
         if self._fast_capable:
-            self._gen = self._generate_fast()
+            self._gen = self._fast_reader()
         else:
             self._gen = self._generate() if bulk else self._generate_per_frame()
 
@@ -208,8 +216,8 @@ class ReadUncommittedIter(_EnvelopeIter):
             self._reader.close()
 
     def _fast_reader(self) -> Any:
-        """The C EnvelopeReader of this iterator (made at the first call),
-        for _generate_fast or for a ReadCommittedIter to drive directly."""
+        """The C EnvelopeReader of this iterator (made at the first call):
+        its own iterator, or the one a ReadCommittedIter drives."""
         if self._fast is None:
             tracker = _OffsetTracker(self._reader)
             jumps = tracker.jumps
@@ -223,23 +231,14 @@ class ReadUncommittedIter(_EnvelopeIter):
 
             plain_json = getattr(self._framing, "plain_json", None)
             loads, plain = plain_json() if plain_json is not None else (None, None)
+            self._jumps = jumps
             self._fast = SPEEDUPS.EnvelopeReader(
                 self._framing.read_frames(tracker), self.spec, self._new_message,
                 self._framing.unmarshal_frame, jumps, rebase, self._corrupt, FramingError,
-                tracker.start, loads, plain,
+                tracker.start, self._reader.close, TruncatedFrameError, self._truncated,
+                loads, plain,
             )
-            self._jumps = jumps
         return self._fast
-
-    def _generate_fast(self) -> Generator[Envelope, None, None]:
-        fast = self._fast_reader()
-        try:
-            try:
-                yield from fast
-            except TruncatedFrameError as exc:
-                self._truncated(exc)
-        finally:
-            self._reader.close()
 
     def _truncated(self, exc: TruncatedFrameError) -> None:
         """Input ended inside a frame (C loop): a journal's appends are whole
@@ -323,7 +322,11 @@ class ReadCommittedIter(_EnvelopeIter):
             and type(seq).queue_uncommitted is Sequencer.queue_uncommitted
             and type(seq).deque_committed is Sequencer.deque_committed
         ):
-            self._gen = self._generate_fast(self._uncommitted, seq)
+            # The C loop commits the envelopes that commit alone; any other
+            # goes to _sequence, the Python Sequencer's (see _speedups.c).
+            self._gen = SPEEDUPS.CommittedReader(
+                self._uncommitted._fast_reader(), seq, self._sequence
+            )
         else:
             self._gen = self._generate()
 
@@ -370,26 +373,6 @@ class ReadCommittedIter(_EnvelopeIter):
         )
         it._quiet = True
         return it
-
-    def _generate_fast(
-        self, unc: ReadUncommittedIter, seq: Sequencer
-    ) -> Generator[Envelope, None, None]:
-        """The C loop commits the envelopes that commit alone; it stops at
-        any other, which the Python Sequencer takes (see _speedups.c)."""
-        fast = SPEEDUPS.CommittedReader(unc._fast_reader(), seq)
-        try:
-            while True:
-                try:
-                    yield from fast
-                except TruncatedFrameError as exc:
-                    unc._truncated(exc)
-                    return
-                env = fast.take()
-                if env is None:
-                    return
-                yield from self._sequence(env)
-        finally:
-            unc.close()
 
     @property
     def commit_offset(self) -> int:

@@ -10,14 +10,19 @@
  * - EnvelopeReader: frames (begin, end, frame) in, Envelopes out. Calls
  *   new_message(spec), decodes the frame into it (orjson.loads and a dict
  *   merge for plain JSON documents, else the framing's unmarshal_frame), and
- *   builds the Envelope.
+ *   builds the Envelope. It is the iterator of a ReadUncommittedIter.
  * - CommittedReader: drives an EnvelopeReader and applies to each envelope
  *   the Sequencer's rule for a message that commits alone (OUTSIDE_TXN, a
  *   known producer with no open transaction, a clock above its last ACK),
  *   writing the Sequencer's and the producer's slots exactly as
  *   Sequencer.queue_uncommitted followed by deque_committed would. Any other
- *   envelope stops the iteration and is left in .pending for the Python
- *   Sequencer.
+ *   envelope goes to slow(envelope), a Python generator of what the Python
+ *   Sequencer commits, which is drained before reading on. It is the
+ *   iterator of a ReadCommittedIter.
+ *
+ * Both end as a Python generator would: at the end of the frames, or at the
+ * first exception, after which they are exhausted; either way, and on
+ * close(), they call on_end() once (which releases the journal reader).
  *
  * The Python classes keep their state in __slots__; configure() looks up the
  * slots' offsets once, from their member descriptors.
@@ -153,7 +158,11 @@ typedef struct {
     PyObject *plain_types;  /* JSON: set of types decoded as loads + dict merge */
     PyTypeObject *plain_seen; /* last type found in plain_types (the set only grows) */
     PyObject *last;         /* the last envelope returned, or NULL */
+    PyObject *on_end;       /* on_end(): called once, at the end, an error or close() */
+    PyObject *truncated_type; /* the frames' error when input ends inside a frame */
+    PyObject *truncated;    /* truncated(exc): raises, or returns to end quietly */
     long long base;         /* journal offset of position 0 of the frames */
+    int done;
 } Reader;
 
 static PyTypeObject ReaderType;
@@ -173,6 +182,9 @@ reader_traverse(Reader *r, visitproc visit, void *arg)
     Py_VISIT(r->plain_types);
     Py_VISIT(r->plain_seen);
     Py_VISIT(r->last);
+    Py_VISIT(r->on_end);
+    Py_VISIT(r->truncated_type);
+    Py_VISIT(r->truncated);
     return 0;
 }
 
@@ -192,6 +204,9 @@ reader_clear(Reader *r)
     Py_CLEAR(r->plain_types);
     Py_CLEAR(r->plain_seen);
     Py_CLEAR(r->last);
+    Py_CLEAR(r->on_end);
+    Py_CLEAR(r->truncated_type);
+    Py_CLEAR(r->truncated);
     return 0;
 }
 
@@ -207,17 +222,20 @@ static PyObject *
 reader_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"frames", "spec", "new_message", "decode", "jumps", "rebase",
-                             "corrupt", "error_type", "base", "loads", "plain_types", NULL};
+                             "corrupt", "error_type", "base", "on_end", "truncated_type",
+                             "truncated", "loads", "plain_types", NULL};
     PyObject *frames, *spec, *new_message, *decode, *jumps, *rebase, *corrupt, *error_type;
+    PyObject *on_end, *truncated_type, *truncated;
     PyObject *loads = Py_None, *plain_types = Py_None;
     long long base;
     if (!C.ready) {
         PyErr_SetString(PyExc_RuntimeError, "message._speedups is not configured");
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOL|OO:EnvelopeReader", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOLOOO|OO:EnvelopeReader", kwlist,
                                      &frames, &spec, &new_message, &decode, &jumps, &rebase,
-                                     &corrupt, &error_type, &base, &loads, &plain_types)) {
+                                     &corrupt, &error_type, &base, &on_end, &truncated_type,
+                                     &truncated, &loads, &plain_types)) {
         return NULL;
     }
     if (!PyIter_Check(frames)) {
@@ -247,6 +265,9 @@ reader_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     r->rebase = Py_NewRef(rebase);
     r->corrupt = Py_NewRef(corrupt);
     r->error_type = Py_NewRef(error_type);
+    r->on_end = Py_NewRef(on_end);
+    r->truncated_type = Py_NewRef(truncated_type);
+    r->truncated = Py_NewRef(truncated);
     if (loads != Py_None) {
         r->loads = Py_NewRef(loads);
         r->plain_types = Py_NewRef(plain_types);
@@ -295,15 +316,14 @@ reader_decode(Reader *r, PyObject *frame, PyObject *msg)
     return 0;
 }
 
+/* An Envelope, as its dataclass __init__ makes it; steals `b` and `e`. */
 static PyObject *
-new_envelope(PyObject *spec, long long begin, long long end, PyObject *msg)
+new_envelope_of(PyObject *spec, PyObject *b, PyObject *e, PyObject *msg)
 {
-    PyObject *b = PyLong_FromLongLong(begin);
-    PyObject *e = b ? PyLong_FromLongLong(end) : NULL;
-    PyObject *env = e ? C.envelope_type->tp_alloc(C.envelope_type, 0) : NULL;
+    PyObject *env = C.envelope_type->tp_alloc(C.envelope_type, 0);
     if (env == NULL) {
-        Py_XDECREF(b);
-        Py_XDECREF(e);
+        Py_DECREF(b);
+        Py_DECREF(e);
         return NULL;
     }
     SLOT(env, C.env_journal) = Py_NewRef(spec);
@@ -311,6 +331,18 @@ new_envelope(PyObject *spec, long long begin, long long end, PyObject *msg)
     SLOT(env, C.env_end) = e;
     SLOT(env, C.env_message) = Py_NewRef(msg);
     return env;
+}
+
+static PyObject *
+new_envelope(PyObject *spec, long long begin, long long end, PyObject *msg)
+{
+    PyObject *b = PyLong_FromLongLong(begin);
+    PyObject *e = b ? PyLong_FromLongLong(end) : NULL;
+    if (e == NULL) {
+        Py_XDECREF(b);
+        return NULL;
+    }
+    return new_envelope_of(spec, b, e, msg);
 }
 
 /* The offset of a frame whose decoding failed: let corrupt() raise or skip.
@@ -341,20 +373,63 @@ reader_corrupt(Reader *r, long long offset)
     return 0;
 }
 
-static PyObject *
-reader_next(Reader *r)
+/* Ends the iteration: once, call on_end(), keeping any exception being
+ * raised (an exception of on_end itself is chained to it). */
+static void
+finish(PyObject **on_end, int *done)
 {
-    if (r->frames_next == NULL) {
-        return NULL;
+    if (*done) {
+        return;
     }
+    *done = 1;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject *res = *on_end ? PyObject_CallNoArgs(*on_end) : Py_NewRef(Py_None);
+    if (res == NULL) {
+        if (type != NULL) {
+            /* As in a finally clause: the new exception, with the old as context. */
+            PyObject *type2, *value2, *tb2;
+            PyErr_Fetch(&type2, &value2, &tb2);
+            PyErr_NormalizeException(&type2, &value2, &tb2);
+            PyErr_NormalizeException(&type, &value, &tb);
+            if (tb != NULL) {
+                PyException_SetTraceback(value, tb);
+            }
+            PyException_SetContext(value2, value); /* steals value */
+            Py_XDECREF(type);
+            Py_XDECREF(tb);
+            PyErr_Restore(type2, value2, tb2);
+        }
+        return;
+    }
+    Py_DECREF(res);
+    PyErr_Restore(type, value, tb);
+}
+
+static PyObject *
+reader_step(Reader *r)
+{
     for (;;) {
         PyObject *item = r->frames_next(r->frames);
         if (item == NULL) {
             if (PyErr_Occurred()) {
-                if (!PyErr_ExceptionMatches(PyExc_StopIteration)) {
-                    return NULL;
+                if (PyErr_ExceptionMatches(r->truncated_type)) {
+                    /* Input ended inside a frame: truncated() raises or lets it go. */
+                    PyObject *type, *value, *tb;
+                    PyErr_Fetch(&type, &value, &tb);
+                    PyErr_NormalizeException(&type, &value, &tb);
+                    if (tb != NULL) {
+                        PyException_SetTraceback(value, tb);
+                    }
+                    PyObject *res = PyObject_CallOneArg(r->truncated, value);
+                    Py_XDECREF(res);
+                    Py_XDECREF(type);
+                    Py_XDECREF(value);
+                    Py_XDECREF(tb);
                 }
-                PyErr_Clear();
+                else if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
+                    PyErr_Clear();
+                }
             }
             return NULL;
         }
@@ -363,8 +438,10 @@ reader_next(Reader *r)
             Py_DECREF(item);
             return NULL;
         }
-        long long begin = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 0));
-        long long end = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 1));
+        PyObject *begin_obj = PyTuple_GET_ITEM(item, 0);
+        PyObject *end_obj = PyTuple_GET_ITEM(item, 1);
+        long long begin = PyLong_AsLongLong(begin_obj);
+        long long end = PyLong_AsLongLong(end_obj);
         if ((begin == -1 || end == -1) && PyErr_Occurred()) {
             Py_DECREF(item);
             return NULL;
@@ -399,8 +476,15 @@ reader_next(Reader *r)
             }
             return NULL;
         }
+        PyObject *env;
+        if (r->base == 0) {
+            /* Offsets are the frames' own: share their int objects. */
+            env = new_envelope_of(r->spec, Py_NewRef(begin_obj), Py_NewRef(end_obj), msg);
+        }
+        else {
+            env = new_envelope(r->spec, r->base + begin, r->base + end, msg);
+        }
         Py_DECREF(item);
-        PyObject *env = new_envelope(r->spec, r->base + begin, r->base + end, msg);
         Py_DECREF(msg);
         if (env == NULL) {
             return NULL;
@@ -409,6 +493,35 @@ reader_next(Reader *r)
         return env;
     }
 }
+
+static PyObject *
+reader_next(Reader *r)
+{
+    if (r->done) {
+        return NULL;
+    }
+    PyObject *env = reader_step(r);
+    if (env == NULL) {
+        finish(&r->on_end, &r->done);
+    }
+    return env;
+}
+
+static PyObject *
+reader_close(Reader *r, PyObject *Py_UNUSED(ignored))
+{
+    finish(&r->on_end, &r->done);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef reader_methods[] = {
+    {"close", (PyCFunction)reader_close, METH_NOARGS,
+     "End the iteration (calls on_end() if it has not been called)."},
+    {NULL},
+};
 
 static PyObject *
 reader_get_last(Reader *r, void *closure)
@@ -441,6 +554,7 @@ static PyTypeObject ReaderType = {
     .tp_clear = (inquiry)reader_clear,
     .tp_iter = PyObject_SelfIter,
     .tp_iternext = (iternextfunc)reader_next,
+    .tp_methods = reader_methods,
     .tp_getset = reader_getset,
 };
 
@@ -461,7 +575,9 @@ typedef struct {
     PyObject_HEAD
     Reader *reader;
     PyObject *seq;
-    PyObject *pending;         /* an envelope left to the Python Sequencer */
+    PyObject *slow;            /* slow(env): iterator of what the Python Sequencer commits */
+    PyObject *sub;             /* the slow() iterator being drained, or NULL */
+    int done;
     PyObject *spec, *name;     /* the journal name of the last spec seen */
     PyTypeObject *msg_type;    /* the last message type seen, and how to get its UUID */
     int kind;
@@ -534,7 +650,8 @@ committed_traverse(Committed *c, visitproc visit, void *arg)
     }
     Py_VISIT(c->reader);
     Py_VISIT(c->seq);
-    Py_VISIT(c->pending);
+    Py_VISIT(c->slow);
+    Py_VISIT(c->sub);
     Py_VISIT(c->spec);
     Py_VISIT(c->name);
     Py_VISIT(c->msg_type);
@@ -547,7 +664,8 @@ committed_clear(Committed *c)
 {
     Py_CLEAR(c->reader);
     Py_CLEAR(c->seq);
-    Py_CLEAR(c->pending);
+    Py_CLEAR(c->slow);
+    Py_CLEAR(c->sub);
     Py_CLEAR(c->spec);
     Py_CLEAR(c->name);
     Py_CLEAR(c->msg_type);
@@ -567,14 +685,14 @@ committed_dealloc(Committed *c)
 static PyObject *
 committed_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"reader", "sequencer", NULL};
-    PyObject *reader, *seq;
+    static char *kwlist[] = {"reader", "sequencer", "slow", NULL};
+    PyObject *reader, *seq, *slow;
     if (!C.ready) {
         PyErr_SetString(PyExc_RuntimeError, "message._speedups is not configured");
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!:CommittedReader", kwlist, &ReaderType,
-                                     &reader, C.sequencer_type, &seq)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O:CommittedReader", kwlist, &ReaderType,
+                                     &reader, C.sequencer_type, &seq, &slow)) {
         return NULL;
     }
     Committed *c = (Committed *)type->tp_alloc(type, 0);
@@ -583,6 +701,7 @@ committed_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     c->reader = (Reader *)Py_NewRef(reader);
     c->seq = Py_NewRef(seq);
+    c->slow = Py_NewRef(slow);
     c->epoch = -1;
     return (PyObject *)c;
 }
@@ -889,39 +1008,92 @@ commit_alone(Committed *c, PyObject *env)
     return 1;
 }
 
+/* Ends the iteration: the slow iterator is dropped, the reader closed. */
+static void
+committed_finish(Committed *c)
+{
+    if (c->done) {
+        return;
+    }
+    c->done = 1;
+    Py_CLEAR(c->sub);
+    Reader *r = c->reader;
+    finish(&r->on_end, &r->done);
+}
+
 static PyObject *
 committed_next(Committed *c)
 {
-    if (c->pending != NULL || c->reader == NULL) {
-        return NULL; /* the Python code has an envelope to take first */
-    }
-    PyObject *env = reader_next(c->reader);
-    if (env == NULL) {
+    for (;;) {
+        if (c->sub != NULL) {
+            PyObject *env = PyIter_Next(c->sub);
+            if (env != NULL) {
+                return env;
+            }
+            if (PyErr_Occurred()) {
+                committed_finish(c);
+                return NULL;
+            }
+            Py_CLEAR(c->sub);
+        }
+        if (c->done) {
+            return NULL;
+        }
+        PyObject *env = reader_next(c->reader);
+        if (env == NULL) {
+            committed_finish(c);
+            return NULL;
+        }
+        int rc = commit_alone(c, env);
+        if (rc == 1) {
+            return env;
+        }
+        if (rc == 0) {
+            /* The Python Sequencer's: what it commits comes from slow(env). */
+            PyObject *it = PyObject_CallOneArg(c->slow, env);
+            Py_DECREF(env);
+            c->sub = it ? PyObject_GetIter(it) : NULL;
+            Py_XDECREF(it);
+            if (c->sub != NULL) {
+                continue;
+            }
+        }
+        else {
+            Py_DECREF(env);
+        }
+        committed_finish(c);
         return NULL;
     }
-    int rc = commit_alone(c, env);
-    if (rc == 1) {
-        return env;
-    }
-    if (rc == 0) {
-        c->pending = env;
-        return NULL;
-    }
-    Py_DECREF(env);
-    return NULL;
 }
 
 static PyObject *
-committed_take(Committed *c, PyObject *Py_UNUSED(ignored))
+committed_close(Committed *c, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *env = c->pending;
-    c->pending = NULL;
-    return env ? env : Py_NewRef(Py_None);
+    PyObject *sub = c->sub;
+    c->sub = NULL;
+    if (sub != NULL) {
+        /* A generator stopped mid-way: let it run its finally clauses. */
+        PyObject *res = PyObject_CallMethod(sub, "close", NULL);
+        Py_DECREF(sub);
+        if (res == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                committed_finish(c);
+                return NULL;
+            }
+            PyErr_Clear();
+        }
+        Py_XDECREF(res);
+    }
+    committed_finish(c);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef committed_methods[] = {
-    {"take", (PyCFunction)committed_take, METH_NOARGS,
-     "The envelope that stopped iteration, for the Python Sequencer (None at the end)."},
+    {"close", (PyCFunction)committed_close, METH_NOARGS,
+     "End the iteration and close the EnvelopeReader."},
     {NULL},
 };
 
@@ -970,7 +1142,7 @@ PyInit__speedups(void)
     }
     if (PyModule_AddObjectRef(m, "EnvelopeReader", (PyObject *)&ReaderType) < 0
         || PyModule_AddObjectRef(m, "CommittedReader", (PyObject *)&CommittedType) < 0
-        || PyModule_AddIntConstant(m, "VERSION", 1) < 0) {
+        || PyModule_AddIntConstant(m, "VERSION", 2) < 0) {
         Py_DECREF(m);
         return NULL;
     }
