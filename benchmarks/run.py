@@ -31,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
         results.extend(module.run(scale))
         print(f"  done in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     print(format_table(results))
+    from message._reader import SPEEDUPS
+
+    print("read loops: " + ("C (message/_speedups.c)" if SPEEDUPS is not None
+                            else "Python (C extension not built, or EXACTLY_PURE_PYTHON set)"))
     return 0
 
 

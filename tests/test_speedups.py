@@ -305,6 +305,8 @@ def test_corrupt_frame_is_an_error_naming_journal_and_offset(committed: bool) ->
     assert (err.journal, err.offset) == (J, offset)
     assert f"in journal {J} at offset {offset}" in "\n".join(err.__notes__)
     assert err.__traceback__ is not None
+    # As a generator: after the exception, the iterator is exhausted.
+    assert next(it, None) is None
 
 
 @pytest.mark.usefixtures("read_loops")
