@@ -6,7 +6,9 @@ bookkeeping) up front: measured, about half the cost of an append. Most
 append futures are never waited on one by one — callers flush, or resolve a
 batch and look at results later — so the Condition is made only when a
 method that needs it first runs, and a future resolved before that is
-resolved without one.
+resolved without one. The lists of waiters and callbacks are made with it:
+``Future`` and ``concurrent.futures.wait``/``as_completed`` add to them
+only while holding the Condition.
 
 Everything that reads or waits goes through ``_condition``, exactly as in
 ``Future``; ``_MAKE`` makes the lazy creation and the Condition-free
@@ -30,15 +32,20 @@ class AppendFuture(Future[T], Generic[T]):
     """A Future whose Condition is created lazily (see the module docstring)."""
 
     # Class-level defaults until set: an append creates one future per call,
-    # and every attribute not stored is time saved on the hot path.
+    # and every attribute not stored is time saved on the hot path. The empty
+    # tuples stand for empty lists until the Condition comes with real ones
+    # (nothing adds to them without it); objects not made per future also
+    # leave the cyclic garbage collector less to do while appends queue up.
     _cond: threading.Condition | None = None
     _state = PENDING
     _result: Any = None
     _exception: BaseException | None = None
+    _waiters: list[Any] = ()  # type: ignore[assignment]
+    _done_callbacks: list[Any] = ()  # type: ignore[assignment]
 
-    def __init__(self) -> None:  # no super().__init__(): it would build the Condition
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
+    # No super().__init__(), which would build the Condition: object's own
+    # __init__ (C, nothing to do) instead of a Python one.
+    __init__ = object.__init__
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
@@ -47,6 +54,8 @@ class AppendFuture(Future[T], Generic[T]):
             with _MAKE:
                 cond = self._cond
                 if cond is None:
+                    self._waiters = []
+                    self._done_callbacks = []
                     cond = self._cond = threading.Condition()
         return cond
 
@@ -72,42 +81,53 @@ class AppendFuture(Future[T], Generic[T]):
         return super().set_running_or_notify_cancel()
 
     @staticmethod
-    def start_all(futures: list[Future[Any]]) -> list[bool]:
+    def start_all(futures: list[AppendFuture[Any]]) -> list[int] | None:
         """``set_running_or_notify_cancel()`` of each future, taking the
-        creation lock once for all those that have no Condition."""
-        started: list[bool | None] = []
+        creation lock once for all those that have no Condition. Returns
+        None if every future is now running, else the indices of those that
+        are (the others were cancelled)."""
+        slow: list[int] = []
         with _MAKE:
-            for f in futures:
-                if type(f) is AppendFuture and f._cond is None and f._state == PENDING:
+            for i, f in enumerate(futures):
+                if f._cond is None and f._state == PENDING:
                     f._state = RUNNING
-                    started.append(True)
                 else:
-                    started.append(None)
-        return [
-            f.set_running_or_notify_cancel() if s is None else s
-            for f, s in zip(futures, started, strict=True)
-        ]
+                    slow.append(i)
+        if not slow:
+            return None
+        cancelled = {i for i in slow if not futures[i].set_running_or_notify_cancel()}
+        if not cancelled:
+            return None
+        return [i for i in range(len(futures)) if i not in cancelled]
 
     @staticmethod
-    def resolve_all(futures: list[Future[Any]], outcomes: list[Any]) -> None:
-        """Set each future's result, or its exception if the outcome is one,
-        taking the creation lock once for all those that have no Condition."""
+    def resolve_all(
+        futures: list[AppendFuture[Any]], results: list[Any], error: BaseException | None
+    ) -> None:
+        """Set the result of each future to the item of ``results`` at its
+        position, and the exception of those past the end of ``results`` to
+        ``error``, taking the creation lock once for all those that have no
+        Condition."""
         slow = []
+        failed: list[AppendFuture[Any]] = []
         with _MAKE:
-            for f, outcome in zip(futures, outcomes, strict=True):
-                if type(f) is AppendFuture and f._cond is None and f._state == RUNNING:
-                    if isinstance(outcome, BaseException):
-                        f._exception = outcome
-                    else:
-                        f._result = outcome
+            for f, result in zip(futures, results, strict=False):
+                if f._cond is None and f._state == RUNNING:
+                    f._result = result
                     f._state = FINISHED
                 else:
-                    slow.append((f, outcome))
-        for f, outcome in slow:
-            if isinstance(outcome, BaseException):
-                f.set_exception(outcome)
-            else:
-                f.set_result(outcome)
+                    slow.append((f, result))
+            if error is not None:
+                for f in futures[len(results) :]:
+                    if f._cond is None and f._state == RUNNING:
+                        f._exception = error
+                        f._state = FINISHED
+                    else:
+                        failed.append(f)
+        for f, result in slow:
+            f.set_result(result)
+        for f in failed:
+            f.set_exception(error)
 
     def set_result(self, result: T) -> None:
         if not self._resolve_fast(result, None):

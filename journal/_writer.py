@@ -21,8 +21,11 @@ import fcntl
 import logging
 import os
 import threading
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from concurrent.futures import Future
+from functools import partial
+from itertools import accumulate, islice, repeat
 from typing import Final
 
 from ._errors import JournalClosedError, JournalError
@@ -53,9 +56,11 @@ MAX_BATCH_BYTES: Final = 8 << 20
 IDLE_EXIT_SECONDS: Final = 5.0
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 
-
-# One queued append: its bytes and its future.
-_Pending = tuple[bytes, "Future[AppendResult]"]
+# AppendResult((journal, begin, end)) without the Python-level __new__ of a
+# NamedTuple: a batch's results are built by map() with no Python call each.
+_new_result: Final[Callable[[tuple[str, int, int]], AppendResult]] = partial(
+    tuple.__new__, AppendResult
+)
 
 
 class JournalWriter:
@@ -72,11 +77,15 @@ class JournalWriter:
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)  # The idle writer waits here.
         self._done = threading.Condition(self._lock)  # flush() waits here.
-        self._queue: list[_Pending] = []
+        # The queue: appends' bytes and their futures, in two lists kept in
+        # step. (A pair per append would be one more object per queued append
+        # for the cyclic garbage collector to go over, again and again.)
+        self._data: list[bytes] = []
+        self._futures: list[AppendFuture[AppendResult]] = []
         self._thread: threading.Thread | None = None
         self._idle = False
         self._stopping = False
-        self._issued = 0  # Appends queued so far (the seq of the last one).
+        self._handed = 0  # Appends handed to the writer thread so far.
         self._resolved = 0  # Appends resolved so far, in queue order.
         self._failures: list[tuple[int, BaseException]] = []
         # Touched only by the writer thread (or after it stopped).
@@ -89,12 +98,15 @@ class JournalWriter:
     # Called by the store ---------------------------------------------------
 
     def submit(self, data: bytes) -> Future[AppendResult]:
-        fut: Future[AppendResult] = AppendFuture()
-        with self._lock:
+        fut: AppendFuture[AppendResult] = AppendFuture()
+        # acquire/release rather than `with`: half the cost, per append.
+        lock = self._lock
+        lock.acquire()
+        try:
             if self._stopping:
                 raise JournalClosedError(f"writer of {self.jd.name!r}")
-            self._issued += 1
-            self._queue.append((data, fut))
+            self._data.append(data)
+            self._futures.append(fut)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name=f"journal-writer:{self.jd.name}", daemon=True
@@ -102,12 +114,15 @@ class JournalWriter:
                 self._thread.start()
             elif self._idle:
                 self._wakeup.notify()
+        finally:
+            lock.release()
         return fut
 
     @property
     def issued(self) -> int:
+        """Appends queued so far (the seq of the last one)."""
         with self._lock:
-            return self._issued
+            return self._handed + len(self._futures)
 
     def wait(
         self, seq: int, deadline: float | None, clock: Callable[[], float]
@@ -150,15 +165,19 @@ class JournalWriter:
     # The writer thread -----------------------------------------------------
 
     def _run(self) -> None:
-        # Appends taken from the queue, oldest first; handled in batches of at
-        # most MAX_BATCH_BYTES so that early futures resolve without waiting
-        # for a whole backlog. Taking the queue whole keeps append() cheap.
-        backlog: list[_Pending] = []
+        # Appends taken from the queue, oldest first (their bytes and their
+        # futures); handled in batches of at most MAX_BATCH_BYTES so that
+        # early futures resolve without waiting for a whole backlog. Taking
+        # the queue whole keeps append() cheap.
+        data: list[bytes] = []
+        futures: list[AppendFuture[AppendResult]] = []
+        ends: list[int] = []  # ends[i]: the size of data[: i + 1]
         pos = 0
         while True:
-            if pos == len(backlog):
+            if pos == len(futures):
+                data, futures = [], []  # Keep nothing alive while idle.
                 with self._lock:
-                    while not self._queue:
+                    while not self._futures:
                         if self._stopping:
                             self._close_files()
                             self._thread = None
@@ -166,68 +185,71 @@ class JournalWriter:
                         self._idle = True
                         notified = self._wakeup.wait(IDLE_EXIT_SECONDS)
                         self._idle = False
-                        if not notified and not self._queue and not self._stopping:
+                        if not notified and not self._futures and not self._stopping:
                             self._close_files()
                             self._thread = None
                             return
-                    backlog, self._queue = self._queue, []
+                    data, self._data = self._data, []
+                    futures, self._futures = self._futures, []
+                    self._handed += len(futures)
                 pos = 0
-            end, size = pos, 0
-            while end < len(backlog) and (
-                end == pos or size + len(backlog[end][0]) <= MAX_BATCH_BYTES
-            ):
-                size += len(backlog[end][0])
-                end += 1
-            self._process(backlog[pos:end])
+                ends = list(accumulate(map(len, data)))
+            # As many appends as fit in MAX_BATCH_BYTES, and at least one.
+            base = ends[pos - 1] if pos else 0
+            end = max(bisect_right(ends, base + MAX_BATCH_BYTES, pos), pos + 1)
+            if pos == 0 and end == len(futures):
+                self._process(data, futures)
+            else:
+                self._process(data[pos:end], futures[pos:end])
             pos = end
 
-    def _process(self, batch: list[_Pending]) -> None:
-        first_seq = self._taken + 1
-        self._taken += len(batch)
+    def _process(self, data: list[bytes], futures: list[AppendFuture[AppendResult]]) -> None:
+        count, first_seq = len(futures), self._taken + 1
+        self._taken += count
         # An append cancelled before its batch started is not written.
-        started = AppendFuture.start_all([fut for _, fut in batch])
-        live = [(i, p) for (i, p), ok in zip(enumerate(batch), started, strict=True) if ok]
-        outcomes = self._write_batch([p for _, p in live]) if live else []
-        if any(not isinstance(o, BaseException) for o in outcomes):
+        live = AppendFuture.start_all(futures)
+        if live is not None:
+            data = [data[i] for i in live]
+            futures = [futures[i] for i in live]
+        results, error = self._write_batch(data) if futures else ([], None)
+        if results:
             self._on_commit()  # Wake following readers first: the bytes are committed.
-        failures = [
-            (first_seq + i, outcome)
-            for (i, _), outcome in zip(live, outcomes, strict=True)
-            if isinstance(outcome, BaseException)
-        ]
-        AppendFuture.resolve_all([fut for _, (_, fut) in live], outcomes)
+        AppendFuture.resolve_all(futures, results, error)
+        failures: list[tuple[int, BaseException]] = []
+        if error is not None:
+            failed = range(len(results), len(futures))
+            failures = [(first_seq + (i if live is None else live[i]), error) for i in failed]
         with self._lock:
-            self._resolved += len(batch)
+            self._resolved += count
             self._failures.extend(failures)
             self._done.notify_all()
 
-    def _write_batch(self, batch: list[_Pending]) -> list[AppendResult | BaseException]:
-        out: list[AppendResult | BaseException] = []
+    def _write_batch(self, data: list[bytes]) -> tuple[list[AppendResult], BaseException | None]:
+        """Write and commit ``data``'s appends in order: the results of those
+        committed, and the error that failed the rest (None if none failed)."""
+        out: list[AppendResult] = []
         try:
             self._acquire()
         except BaseException as err:  # Reported through every future of the batch.
             self._close_files()
-            return [_wrap(self.jd.name, err)] * len(batch)
+            return out, _wrap(self.jd.name, err)
         try:
-            i = 0
-            while i < len(batch):
+            ends = list(accumulate(map(len, data)))  # ends[i]: the size of data[: i + 1]
+            i, n = 0, len(data)
+            while i < n:
                 if self._committed() >= self._fragment_size:
                     self._seal()
-                # Fill the open fragment up to fragment_size, at least one append.
+                # Fill the open fragment up to fragment_size, at least one
+                # append: up to and including the append that reaches it.
                 room = self._fragment_size - self._committed()
-                j, size = i, 0
-                while j < len(batch) and (j == i or size < room):
-                    size += len(batch[j][0])
-                    j += 1
-                out.extend(self._commit(batch[i:j]))
+                j = min(bisect_left(ends, (ends[i - 1] if i else 0) + room, i) + 1, n)
+                out.extend(self._commit(data if i == 0 and j == n else data[i:j]))
                 i = j
         except BaseException as err:
             # The rest of the batch is not committed; the next batch starts
             # from a full recovery, which cuts whatever was half-written.
             self._close_files()
-            wrapped = _wrap(self.jd.name, err)
-            out.extend([wrapped] * (len(batch) - len(out)))
-            return out
+            return out, _wrap(self.jd.name, err)
         try:
             # Seal eagerly so that a full fragment appears as a sealed file.
             if self._committed() >= self._fragment_size:
@@ -238,7 +260,7 @@ class JournalWriter:
             self._close_files()
         finally:
             self._release()
-        return out
+        return out, None
 
     def _committed(self) -> int:
         assert self._rec is not None
@@ -270,10 +292,10 @@ class JournalWriter:
         if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
-    def _commit(self, chunk: list[_Pending]) -> list[AppendResult | BaseException]:
+    def _commit(self, chunk: list[bytes]) -> list[AppendResult]:
         rec = self._rec
         assert rec is not None and self._commit_fd is not None
-        data = b"".join([p[0] for p in chunk])
+        data = b"".join(chunk)
         if data:
             created = self._open_fd is None
             if created:
@@ -290,14 +312,9 @@ class JournalWriter:
                 fsync_dir(self.jd.path)  # The new file's entry must be durable too.
             self._rec = CommitRecord(rec.seq + 1, rec.begin, rec.end + len(data))
             write_record(self._commit_fd, self._rec)
-        out: list[AppendResult | BaseException] = []
-        pos = rec.end
-        name = self.jd.name
-        for p in chunk:
-            n = len(p[0])
-            out.append(AppendResult(name, pos, pos + n))
-            pos += n
-        return out
+        # Each append's [begin, end): the sizes summed up from rec.end.
+        bounds = list(accumulate(map(len, chunk), initial=rec.end))
+        return list(map(_new_result, zip(repeat(self.jd.name), bounds, islice(bounds, 1, None))))
 
     def _seal(self) -> None:
         assert self._rec is not None and self._commit_fd is not None

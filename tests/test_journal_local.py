@@ -434,6 +434,85 @@ def test_cancelled_append_is_not_written(store: LocalJournalStore) -> None:
     assert _read(store, "cancel") == b"1\n3\n"
 
 
+def test_batch_failing_half_way_among_cancelled_appends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch cut over several fragments, with cancelled appends, whose third
+    commit fails: appends before it land, every one after it fails, flush()
+    counts the failures once, and the journal goes on after them."""
+    import journal._writer as writer_module
+
+    commit = writer_module.JournalWriter._commit
+    calls = itertools.count(1)
+
+    def failing_third(self: writer_module.JournalWriter, chunk: list[bytes]) -> object:
+        if next(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return commit(self, chunk)
+
+    monkeypatch.setattr(writer_module.JournalWriter, "_commit", failing_third)
+    with LocalJournalStore(tmp_path / "root", fragment_size=10) as s:
+        s.create("j", NDJSON)
+        fd = os.open(os.path.join(s.root, "j", "@lock"), os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            first = s.append("j", b"0\n")
+            time.sleep(0.05)  # The writer thread now waits for the lock with `first`.
+            futs = [s.append("j", b"%d\n" % (1111 * i)) for i in range(1, 9)]
+            assert futs[1].cancel() and futs[6].cancel()
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+        with pytest.raises(JournalError, match="4 append"):
+            s.flush()
+        s.flush()  # Failures are reported once.
+        assert first.result() == ("j", 0, 2)
+        assert futs[0].result() == ("j", 2, 7) and futs[2].result() == ("j", 7, 12)
+        assert futs[1].cancelled() and futs[6].cancelled()
+        for f in futs[3:6] + futs[7:]:
+            assert isinstance(f.exception(), JournalError)
+        assert s.append("j", b"9\n").result(timeout=10) == ("j", 12, 14)
+        assert _read(s, "j") == b"0\n1111\n3333\n9\n"
+
+
+def test_backlog_is_written_in_batches_of_max_batch_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Queued appends go out in batches of at most MAX_BATCH_BYTES (one
+    larger append alone), in order, each future with its own offsets."""
+    import journal._writer as writer_module
+
+    monkeypatch.setattr(writer_module, "MAX_BATCH_BYTES", 10)
+    batches: list[int] = []
+    write_batch = writer_module.JournalWriter._write_batch
+
+    def counting(self: writer_module.JournalWriter, data: list[bytes]) -> object:
+        batches.append(sum(map(len, data)))
+        return write_batch(self, data)
+
+    monkeypatch.setattr(writer_module.JournalWriter, "_write_batch", counting)
+    frames = [b"%d\n" % (10**i) for i in range(12)]  # 2 to 13 bytes
+    with LocalJournalStore(tmp_path / "root") as s:
+        s.create("j", NDJSON)
+        fd = os.open(os.path.join(s.root, "j", "@lock"), os.O_RDWR)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            first = s.append("j", b"x\n")
+            time.sleep(0.05)  # The writer thread now waits for the lock with `first`.
+            futs = [s.append("j", f) for f in frames]
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+        s.flush()
+        assert first.result() == ("j", 0, 2)
+        pos = 2
+        for f, frame in zip(futs, frames, strict=True):
+            assert f.result() == ("j", pos, pos + len(frame))
+            pos += len(frame)
+        assert _read(s, "j") == b"x\n" + b"".join(frames)
+    assert batches == [2, 2 + 3 + 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+
+
 def test_append_copies_mutable_buffers(store: LocalJournalStore) -> None:
     """A bytearray changed after append() does not change what is written."""
     store.create("copy", NDJSON)
