@@ -34,7 +34,7 @@ from ._errors import (
     UnsupportedMessageError,
 )
 from ._interfaces import ByteReader, Frame, UnmarshalFunc
-from ._lines import read_records, unpack_record
+from ._lines import read_records, record_batches, unpack_record
 from ._registry import register_framing
 
 # Characters that force a field to be quoted.
@@ -109,6 +109,14 @@ class CSVFraming:
     ) -> Iterator[tuple[int, int, Frame]]:
         """Every complete record of ``r``; see ``Framing.read_frames``."""
         return read_records(r, chunk_size)
+
+    def read_frame_batches(
+        self, r: ByteReader, *, chunk_size: int = DEFAULT_CHUNK_SIZE
+    ) -> Iterator[tuple[int, list[bytes]]]:
+        """``read_frames`` by chunk, for readers that go over frames in C:
+        ``(begin, frames)``, each frame beginning where the previous one
+        ended; the same frames, and the same errors at the end."""
+        return record_batches(r, chunk_size)
 
     def __repr__(self) -> str:
         return "CSVFraming()"

@@ -33,7 +33,7 @@ from ._errors import (
     UnsupportedMessageError,
 )
 from ._interfaces import ByteReader, Frame, UnmarshalFunc
-from ._lines import read_lines, unpack_line
+from ._lines import line_batches, read_lines, unpack_line
 from ._registry import register_framing
 
 # Module-level aliases: one global lookup instead of an attribute lookup on
@@ -122,6 +122,14 @@ class JSONLinesFraming:
     ) -> Iterator[tuple[int, int, Frame]]:
         """Every complete line of ``r``; see ``Framing.read_frames``."""
         return read_lines(r, chunk_size)
+
+    def read_frame_batches(
+        self, r: ByteReader, *, chunk_size: int = DEFAULT_CHUNK_SIZE
+    ) -> Iterator[tuple[int, list[bytes]]]:
+        """``read_frames`` by chunk, for readers that go over frames in C:
+        ``(begin, frames)``, each frame beginning where the previous one
+        ended; the same frames, and the same errors at the end."""
+        return line_batches(r, chunk_size)
 
     def plain_json(self) -> tuple[Callable[[Frame], Any], set[type]]:
         """For readers that decode in bulk: ``(loads, types)``, where decoding

@@ -97,7 +97,9 @@ def check_framing(
       unbuffered, short reads), consuming exactly one frame per call, then
       ``EOFError`` at the end, and again on the next call;
     - through ``read_frames`` with each of ``chunk_sizes``, whose offsets
-      must be contiguous from 0 to the end, and ``unmarshal_frame``;
+      must be contiguous from 0 to the end, and ``unmarshal_frame``; and, if
+      the framing has the optional ``read_frame_batches``, through it too,
+      which must give the same frames;
     - empty input is a clean end for both;
     - input cut inside a frame, at every offset (up to ``max_cut_points``
       of them), decodes the frames before the cut, then raises
@@ -196,6 +198,25 @@ def _check_read_frames(
                 _check_decoded(equal, msg, messages[i], f"{where}, unmarshal_frame {i}")
             if end != len(data):
                 _fail(f"{where}: frames end at {end}, expected {len(data)}")
+            if hasattr(framing, "read_frame_batches"):
+                batched = _batched_frames(framing, io.BytesIO(data), chunk_size)
+                if batched != [(b, e, bytes(f)) for b, e, f in got]:
+                    _fail(f"read_frame_batches(chunk_size={chunk_size}): not read_frames' frames")
+
+
+def _batched_frames(framing: Any, r: Any, chunk_size: int) -> list[tuple[int, int, bytes]]:
+    """The frames of ``read_frame_batches`` (an optional method) as
+    ``read_frames`` gives them, checking that each batch's frames are
+    contiguous with what came before."""
+    out: list[tuple[int, int, bytes]] = []
+    pos = 0
+    for begin, frames in framing.read_frame_batches(r, chunk_size=chunk_size):
+        if begin != pos or not frames:
+            _fail(f"read_frame_batches: a batch of {len(frames)} frames at {begin}, after {pos}")
+        for frame in frames:
+            out.append((pos, pos + len(frame), bytes(frame)))
+            pos += len(frame)
+    return out
 
 
 def _check_empty(framing: Framing, new_message: Callable[[], Any]) -> None:
@@ -249,3 +270,12 @@ def _check_truncated(
     offsets = [(b, e) for b, e, _ in got]
     if offsets != list(itertools.pairwise(bounds[: whole + 1])):
         _fail(f"{where}: frames {offsets} before the cut")
+    if hasattr(framing, "read_frame_batches"):
+        where = f"read_frame_batches(chunk_size={chunk_size}), input cut at {cut}"
+        try:
+            _batched_frames(framing, io.BytesIO(data[:cut]), chunk_size)
+        except TruncatedFrameError as e:
+            if e.data != partial or e.offset != bounds[whole]:
+                _fail(f"{where}: TruncatedFrameError(data={e.data!r}, offset={e.offset})")
+        else:
+            _fail(f"{where}: ended cleanly inside frame {whole}, expected TruncatedFrameError")

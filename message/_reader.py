@@ -231,12 +231,15 @@ class ReadUncommittedIter(_EnvelopeIter):
 
             plain_json = getattr(self._framing, "plain_json", None)
             loads, plain = plain_json() if plain_json is not None else (None, None)
+            # Frames by batch when the framing has them: no tuple per frame.
+            batches = getattr(self._framing, "read_frame_batches", None)
+            frames = batches(tracker) if batches else self._framing.read_frames(tracker)
             self._jumps = jumps
             self._fast = SPEEDUPS.EnvelopeReader(
-                self._framing.read_frames(tracker), self.spec, self._new_message,
+                frames, self.spec, self._new_message,
                 self._framing.unmarshal_frame, jumps, rebase, self._corrupt, FramingError,
                 tracker.start, self._reader.close, TruncatedFrameError, self._truncated,
-                loads, plain,
+                loads, plain, batches is not None,
             )
         return self._fast
 

@@ -145,8 +145,12 @@ configure(PyObject *module, PyObject *args)
 
 typedef struct {
     PyObject_HEAD
-    PyObject *frames;       /* iterator of (begin, end, frame) */
+    PyObject *frames;       /* iterator of (begin, end, frame), or of batches */
     iternextfunc frames_next;
+    int batched;            /* frames yields (begin, [frame, ...]): contiguous frames */
+    PyObject *batch;        /* batched: the list of frames being read, or NULL */
+    Py_ssize_t batch_pos;   /* batched: the index of the next frame in it */
+    long long pos;          /* batched: the position of that frame */
     PyObject *spec;
     PyObject *new_message;  /* new_message(spec) -> message */
     PyObject *decode;       /* decode(frame, message) */
@@ -171,6 +175,7 @@ static int
 reader_traverse(Reader *r, visitproc visit, void *arg)
 {
     Py_VISIT(r->frames);
+    Py_VISIT(r->batch);
     Py_VISIT(r->spec);
     Py_VISIT(r->new_message);
     Py_VISIT(r->decode);
@@ -192,6 +197,7 @@ static int
 reader_clear(Reader *r)
 {
     Py_CLEAR(r->frames);
+    Py_CLEAR(r->batch);
     r->frames_next = NULL;
     Py_CLEAR(r->spec);
     Py_CLEAR(r->new_message);
@@ -223,19 +229,20 @@ reader_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"frames", "spec", "new_message", "decode", "jumps", "rebase",
                              "corrupt", "error_type", "base", "on_end", "truncated_type",
-                             "truncated", "loads", "plain_types", NULL};
+                             "truncated", "loads", "plain_types", "batched", NULL};
     PyObject *frames, *spec, *new_message, *decode, *jumps, *rebase, *corrupt, *error_type;
     PyObject *on_end, *truncated_type, *truncated;
     PyObject *loads = Py_None, *plain_types = Py_None;
     long long base;
+    int batched = 0;
     if (!C.ready) {
         PyErr_SetString(PyExc_RuntimeError, "message._speedups is not configured");
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOLOOO|OO:EnvelopeReader", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOLOOO|OOp:EnvelopeReader", kwlist,
                                      &frames, &spec, &new_message, &decode, &jumps, &rebase,
                                      &corrupt, &error_type, &base, &on_end, &truncated_type,
-                                     &truncated, &loads, &plain_types)) {
+                                     &truncated, &loads, &plain_types, &batched)) {
         return NULL;
     }
     if (!PyIter_Check(frames)) {
@@ -258,6 +265,7 @@ reader_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     }
     r->frames = Py_NewRef(frames);
     r->frames_next = Py_TYPE(frames)->tp_iternext;
+    r->batched = batched;
     r->spec = Py_NewRef(spec);
     r->new_message = Py_NewRef(new_message);
     r->decode = Py_NewRef(decode);
@@ -406,49 +414,106 @@ finish(PyObject **on_end, int *done)
     PyErr_Restore(type, value, tb);
 }
 
+/* The frames iterator ended (NULL from it): a truncated tail goes to
+ * truncated(), which raises or lets it go; StopIteration is the end. */
+static void
+frames_ended(Reader *r)
+{
+    if (!PyErr_Occurred()) {
+        return;
+    }
+    if (PyErr_ExceptionMatches(r->truncated_type)) {
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        PyErr_NormalizeException(&type, &value, &tb);
+        if (tb != NULL) {
+            PyException_SetTraceback(value, tb);
+        }
+        PyObject *res = PyObject_CallOneArg(r->truncated, value);
+        Py_XDECREF(res);
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+    }
+    else if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
+        PyErr_Clear();
+    }
+}
+
+/* The next frame (a new reference) and its [begin, end) in the stream;
+ * NULL at the end or on error. */
+static PyObject *
+next_frame(Reader *r, long long *begin, long long *end)
+{
+    if (r->batched) {
+        while (r->batch == NULL || r->batch_pos >= PyList_GET_SIZE(r->batch)) {
+            Py_CLEAR(r->batch);
+            PyObject *b = r->frames_next(r->frames);
+            if (b == NULL) {
+                frames_ended(r);
+                return NULL;
+            }
+            long long first;
+            if (!PyTuple_CheckExact(b) || PyTuple_GET_SIZE(b) != 2
+                || !PyList_CheckExact(PyTuple_GET_ITEM(b, 1))
+                || ((first = PyLong_AsLongLong(PyTuple_GET_ITEM(b, 0))) == -1
+                    && PyErr_Occurred())) {
+                if (!PyErr_Occurred()) {
+                    PyErr_SetString(PyExc_TypeError,
+                                    "frame batches must be (begin, list of frames) tuples");
+                }
+                Py_DECREF(b);
+                return NULL;
+            }
+            r->batch = Py_NewRef(PyTuple_GET_ITEM(b, 1));
+            r->batch_pos = 0;
+            r->pos = first;
+            Py_DECREF(b);
+        }
+        PyObject *frame = Py_NewRef(PyList_GET_ITEM(r->batch, r->batch_pos));
+        r->batch_pos++;
+        Py_ssize_t n = PyBytes_CheckExact(frame) ? PyBytes_GET_SIZE(frame) : PyObject_Length(frame);
+        if (n < 0) {
+            Py_DECREF(frame);
+            return NULL;
+        }
+        *begin = r->pos;
+        *end = r->pos = r->pos + n;
+        return frame;
+    }
+    PyObject *item = r->frames_next(r->frames);
+    if (item == NULL) {
+        frames_ended(r);
+        return NULL;
+    }
+    if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 3) {
+        PyErr_SetString(PyExc_TypeError, "frames must yield (begin, end, frame) tuples");
+        Py_DECREF(item);
+        return NULL;
+    }
+    *begin = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 0));
+    *end = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 1));
+    if ((*begin == -1 || *end == -1) && PyErr_Occurred()) {
+        Py_DECREF(item);
+        return NULL;
+    }
+    PyObject *frame = Py_NewRef(PyTuple_GET_ITEM(item, 2));
+    Py_DECREF(item);
+    return frame;
+}
+
 static PyObject *
 reader_step(Reader *r)
 {
     for (;;) {
-        PyObject *item = r->frames_next(r->frames);
-        if (item == NULL) {
-            if (PyErr_Occurred()) {
-                if (PyErr_ExceptionMatches(r->truncated_type)) {
-                    /* Input ended inside a frame: truncated() raises or lets it go. */
-                    PyObject *type, *value, *tb;
-                    PyErr_Fetch(&type, &value, &tb);
-                    PyErr_NormalizeException(&type, &value, &tb);
-                    if (tb != NULL) {
-                        PyException_SetTraceback(value, tb);
-                    }
-                    PyObject *res = PyObject_CallOneArg(r->truncated, value);
-                    Py_XDECREF(res);
-                    Py_XDECREF(type);
-                    Py_XDECREF(value);
-                    Py_XDECREF(tb);
-                }
-                else if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
-                    PyErr_Clear();
-                }
-            }
-            return NULL;
-        }
-        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 3) {
-            PyErr_SetString(PyExc_TypeError, "frames must yield (begin, end, frame) tuples");
-            Py_DECREF(item);
-            return NULL;
-        }
-        PyObject *begin_obj = PyTuple_GET_ITEM(item, 0);
-        PyObject *end_obj = PyTuple_GET_ITEM(item, 1);
-        long long begin = PyLong_AsLongLong(begin_obj);
-        long long end = PyLong_AsLongLong(end_obj);
-        if ((begin == -1 || end == -1) && PyErr_Occurred()) {
-            Py_DECREF(item);
+        long long begin, end;
+        PyObject *frame = next_frame(r, &begin, &end);
+        if (frame == NULL) {
             return NULL;
         }
         Py_ssize_t njumps = PyObject_Length(r->jumps);
         if (njumps < 0) {
-            Py_DECREF(item);
+            Py_DECREF(frame);
             return NULL;
         }
         if (njumps > 0) {
@@ -457,34 +522,27 @@ reader_step(Reader *r)
             long long base = res ? PyLong_AsLongLong(res) : -1;
             Py_XDECREF(res);
             if (base == -1 && PyErr_Occurred()) {
-                Py_DECREF(item);
+                Py_DECREF(frame);
                 return NULL;
             }
             r->base = base;
         }
         PyObject *msg = PyObject_Vectorcall(r->new_message, &r->spec, 1, NULL);
         if (msg == NULL) {
-            Py_DECREF(item);
+            Py_DECREF(frame);
             return NULL;
         }
-        if (reader_decode(r, PyTuple_GET_ITEM(item, 2), msg) < 0) {
+        if (reader_decode(r, frame, msg) < 0) {
             Py_DECREF(msg);
-            Py_DECREF(item);
+            Py_DECREF(frame);
             if (PyErr_ExceptionMatches(r->error_type)
                 && reader_corrupt(r, r->base + begin) == 0) {
                 continue;
             }
             return NULL;
         }
-        PyObject *env;
-        if (r->base == 0) {
-            /* Offsets are the frames' own: share their int objects. */
-            env = new_envelope_of(r->spec, Py_NewRef(begin_obj), Py_NewRef(end_obj), msg);
-        }
-        else {
-            env = new_envelope(r->spec, r->base + begin, r->base + end, msg);
-        }
-        Py_DECREF(item);
+        Py_DECREF(frame);
+        PyObject *env = new_envelope(r->spec, r->base + begin, r->base + end, msg);
         Py_DECREF(msg);
         if (env == NULL) {
             return NULL;
