@@ -76,6 +76,9 @@ class JsonDocument(dict[str, Any]):
 
     ``set_uuid`` stores the ``uuid.UUID`` object, which the NDJSON framing
     writes as its canonical string; a decoded document holds that string.
+    It creates the objects of the path that are missing (or null), and raises
+    ``TypeError`` rather than replace a value of the document that is not an
+    object (``{"_meta": "v1"}``): publishing such a document appends nothing.
     """
 
     uuid_path: ClassVar[tuple[str, ...]] = ("_meta", "uuid")
@@ -129,21 +132,34 @@ class JsonDocument(dict[str, Any]):
         # string; get_uuid takes either.
         meta = self.get("_meta")
         if not isinstance(meta, dict):
+            if meta is not None:
+                raise _not_an_object(self, "_meta", meta)
             meta = self["_meta"] = {}
         meta["uuid"] = u
 
     def _set_uuid_at_path(self, u: uuid.UUID) -> None:
         node: dict[str, Any] = self
         *parents, leaf = self.uuid_path
-        for k in parents:
+        for n, k in enumerate(parents):
             child = node.get(k)
             if not isinstance(child, dict):
+                if child is not None:
+                    raise _not_an_object(self, "/".join(parents[: n + 1]), child)
                 child = node[k] = {}
             node = child
         node[leaf] = u
 
     def new_acknowledgement(self, journal: str) -> Self:
         return type(self)()
+
+
+def _not_an_object(doc: JsonDocument, path: str, value: object) -> TypeError:
+    # Replacing the value would lose it: the document is the caller's data.
+    return TypeError(
+        f"{type(doc).__name__} keeps its UUID at {'/'.join(doc.uuid_path)}, but its"
+        f" {path!r} is a {type(value).__name__}, not an object: rename that key,"
+        " or choose another uuid_path with document_type()"
+    )
 
 
 def document_type(uuid_path: str = "_meta/uuid", name: str | None = None) -> type[JsonDocument]:

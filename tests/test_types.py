@@ -57,6 +57,39 @@ def test_json_document_default_and_custom_paths() -> None:
         document_type("/")
 
 
+def test_set_uuid_never_replaces_a_value_of_the_document() -> None:
+    """A document whose UUID path holds something else than an object is an
+    error, not a value silently replaced; a null is replaced."""
+    d = JsonDocument(_meta="v1", page="/")
+    with pytest.raises(TypeError, match="'_meta' is a str, not an object"):
+        d.set_uuid(U)
+    assert d == {"_meta": "v1", "page": "/"}
+    deep = document_type("a/b/c")
+    g = deep(a={"b": [1, 2]})
+    with pytest.raises(TypeError, match="'a/b' is a list"):
+        g.set_uuid(U)
+    assert g == {"a": {"b": [1, 2]}}
+    n = JsonDocument(_meta=None)
+    n.set_uuid(U)
+    assert n.get_uuid() == U
+
+
+def test_publishing_such_a_document_appends_nothing() -> None:
+    from journal import MemoryJournalClient
+    from message import Publisher
+
+    with MemoryJournalClient() as client:
+        client.create("j/0", {"content-type": "application/x-ndjson"})
+        pub = Publisher(client)
+        with pytest.raises(TypeError):
+            pub.publish_committed(lambda _m: ("j/0", "application/x-ndjson"),
+                                  JsonDocument(_meta=7))
+        assert client.head("j/0") == 0
+        pub.publish_committed(lambda _m: ("j/0", "application/x-ndjson"),
+                              JsonDocument(v=1)).result()
+        assert client.head("j/0") > 0
+
+
 @pytest.mark.parametrize(
     "value", [None, 7, "not-a-uuid", "", {"uuid": 1}, "zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz"]
 )
