@@ -20,12 +20,21 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import Future, InvalidStateError
-from concurrent.futures._base import FINISHED, PENDING, RUNNING
+from concurrent.futures._base import (
+    CANCELLED,
+    CANCELLED_AND_NOTIFIED,
+    FINISHED,
+    PENDING,
+    RUNNING,
+)
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
 _MAKE = threading.Lock()
+
+
+_DONE = frozenset({CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED})
 
 
 class AppendFuture(Future[T], Generic[T]):
@@ -128,6 +137,18 @@ class AppendFuture(Future[T], Generic[T]):
             f.set_result(result)
         for f in failed:
             f.set_exception(error)
+
+    def done(self) -> bool:
+        if self._cond is None:
+            # States only move forward, each set in one step: no lock needed
+            # to read one, and no Condition to make for it.
+            return self._state in _DONE
+        return super().done()
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._cond is None and self._state == FINISHED:
+            return self._exception
+        return super().exception(timeout)
 
     def set_result(self, result: T) -> None:
         if not self._resolve_fast(result, None):

@@ -110,22 +110,30 @@ def write_intents(client: JournalClient, intents: list[AckIntent]) -> list[Appen
     return [f.result() for f in futures]
 
 
+#: A transaction looks over its append futures when it holds this many, and
+#: forgets those that are done (remembering the first error).
+_PRUNE_AT = 4096
+
+
 class Transaction:
     """Publishes messages uncommitted, then commits them all at once (or none).
 
     On a clean exit of the ``with`` block (or :meth:`commit`), it waits for
     the messages to be durable, builds the ACK intents, saves them to the
-    ``log`` (when given), writes them, and clears the log. Until then it keeps
-    each message's append future (a few hundred bytes): a transaction of
-    millions of messages is better split in several. On an exception
-    (or :meth:`abort`) it writes roll-back ACKs, so that readers drop the
-    messages at once instead of waiting for an ACK that will never come.
+    ``log`` (when given), writes them, and clears the log. If a message could
+    not be appended, the commit raises that error instead, after writing
+    roll-back ACKs. On an exception in the block (or :meth:`abort`) it writes
+    roll-back ACKs, so that readers drop the messages at once instead of
+    waiting for an ACK that will never come. Its memory does not grow with
+    its size: it keeps only the appends not yet done.
     """
 
     def __init__(self, publisher: Publisher, log: IntentLog | None = None) -> None:
         self.publisher = publisher
         self.log = log
         self._futures: list[Future[AppendResult]] = []
+        self._prune_at = _PRUNE_AT
+        self._error: BaseException | None = None  # of the first failed append
         self._done = False
 
     @property
@@ -137,16 +145,48 @@ class Transaction:
         if self._done:
             raise RuntimeError("the transaction is already committed or aborted")
         future = self.publisher.publish_uncommitted(mapping, msg)
-        self._futures.append(future)
+        futures = self._futures
+        futures.append(future)
+        if len(futures) >= self._prune_at:
+            self._prune()
         return future
+
+    def _prune(self) -> None:
+        """Forget the appends that are done; remember the first that failed."""
+        pending: list[Future[AppendResult]] = []
+        for f in self._futures:
+            if not f.done():
+                pending.append(f)
+            elif self._error is None and not f.cancelled():
+                self._error = f.exception()
+        self._futures = pending
+        # Amortized: a writer far behind does not make every publish prune.
+        self._prune_at = max(_PRUNE_AT, 2 * len(pending))
+
+    def _wait(self) -> None:
+        """Wait until every message is durable; raise the first append error."""
+        futures, self._futures = self._futures, []
+        for f in futures:
+            exc = f.exception()
+            if self._error is None and exc is not None:
+                self._error = exc
+        if self._error is not None:
+            raise self._error
 
     def commit(self) -> list[AckIntent]:
         """Make the transaction's messages visible to read-committed readers."""
         if self._done:
             raise RuntimeError("the transaction is already committed or aborted")
         self._done = True
-        for f in self._futures:
-            f.result()  # the messages must be durable before their ACKs are
+        try:
+            self._wait()  # the messages must be durable before their ACKs are
+        except BaseException:
+            # Not all of it was written: it cannot commit. Roll back what
+            # was, so that readers do not wait for it (if the client still
+            # works), and report why.
+            with contextlib.suppress(Exception):
+                write_intents(self.client, self.publisher.build_rollback_intents())
+            raise
         intents = self.publisher.build_ack_intents()
         if self.log is not None:
             self.log.save(intents)
@@ -160,9 +200,8 @@ class Transaction:
         if self._done:
             raise RuntimeError("the transaction is already committed or aborted")
         self._done = True
-        for f in self._futures:
-            with contextlib.suppress(Exception):  # a failed append needs no roll-back
-                f.result()
+        with contextlib.suppress(Exception):  # a failed append needs no roll-back
+            self._wait()
         intents = self.publisher.build_rollback_intents()
         write_intents(self.client, intents)
         return intents

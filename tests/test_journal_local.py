@@ -756,9 +756,16 @@ def test_append_future_behaves_as_a_future() -> None:
     assert c.cancel() and not c.set_running_or_notify_cancel()
     e: AppendFuture[int] = AppendFuture()
     e.set_running_or_notify_cancel()
+    assert not e.done()
     e.set_exception(ValueError("x"))
+    assert e.done() and isinstance(e.exception(), ValueError)
+    assert e._cond is None  # done() and exception() of a resolved future need no Condition
     with pytest.raises(ValueError):
         e.result()
+    assert c.done() and c.cancelled()
+    p: AppendFuture[int] = AppendFuture()
+    with pytest.raises(TimeoutError):
+        p.exception(timeout=0.01)  # pending: exception() waits, as Future's does
     fs: list[AppendFuture[int]] = [AppendFuture() for _ in range(5)]
 
     def resolve() -> None:

@@ -216,6 +216,72 @@ def test_transaction_aborts_on_exception_with_rollback_acks(client) -> None:
     assert committed(client, "journal/one") == ["before", "after"]
 
 
+class FailingAppends:
+    """A client whose appends to ``journal`` fail (in their futures) while
+    ``failing`` is set: as a store whose disk filled up."""
+
+    def __init__(self, inner: MemoryJournalClient, journal: str) -> None:
+        self.inner, self.journal, self.failing = inner, journal, False
+
+    def append(self, name: str, data: bytes):
+        if self.failing and name == self.journal:
+            from concurrent.futures import Future
+
+            f: Future = Future()
+            f.set_exception(OSError(28, "No space left on device"))
+            return f
+        return self.inner.append(name, data)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def test_a_commit_with_a_failed_append_raises_and_rolls_back(client) -> None:
+    """A message not appended: commit raises its error and writes roll-back
+    ACKs, so that none of the transaction is committed and readers stop waiting."""
+    flaky = FailingAppends(client, "journal/two")
+    pub = Publisher(flaky)
+    txn = Transaction(pub)
+    txn.publish(to("journal/one"), Doc("a"))
+    flaky.failing = True
+    txn.publish(to("journal/two"), Doc("lost"))
+    flaky.failing = False
+    txn.publish(to("journal/two"), Doc("b"))
+    with pytest.raises(OSError, match="No space left"):
+        txn.commit()
+    for journal in ("journal/one", "journal/two"):
+        assert committed(client, journal) == []
+        it = ReadCommittedIter(client, journal, lambda _s: Doc())
+        assert list(it) == []
+        assert not it.sequencer.has_pending({})
+    with pytest.raises(RuntimeError, match="already committed or aborted"):
+        txn.commit()
+
+
+def test_a_large_transaction_keeps_only_appends_not_done(client) -> None:
+    """Memory does not grow with the transaction: done futures are dropped,
+    and a failure among them is still reported at commit."""
+    flaky = FailingAppends(client, "journal/two")
+    pub = Publisher(flaky)
+    txn = Transaction(pub)
+    flaky.failing = True
+    txn.publish(to("journal/two"), Doc("lost"))
+    flaky.failing = False
+    for i in range(20_000):
+        txn.publish(to("journal/one"), Doc(str(i)))
+        assert len(txn._futures) <= 4096
+    with pytest.raises(OSError):
+        txn.commit()
+    assert committed(client, "journal/one") == []
+
+    big = Transaction(Publisher(client))
+    for i in range(10_000):
+        big.publish(to("journal/three"), Doc(str(i)))
+    assert len(big._futures) < 4096
+    big.commit()
+    assert len(committed(client, "journal/three")) == 10_000
+
+
 def test_intent_log_recovery_completes_a_half_written_commit(client, tmp_path) -> None:
     """Intents saved but only partly written are re-written on recovery: all journals commit."""
     pub = Publisher(client)
