@@ -20,6 +20,8 @@ Options (all strings, as Spark passes them):
 ``starting_offsets``   streaming reads: ``earliest`` (default) or ``latest``
 ``prune_horizon``      streaming reads: forget producers idle this many seconds
                        (default 86400) relative to a journal's newest
+``max_bytes_per_trigger``  streaming reads: at most this many bytes of journal a
+                       micro-batch (whole frames, shared by the journals with data)
 ``content_type``       writes to a journal that does not exist yet create it with
                        this framing: ``ndjson`` (default), ``csv`` or ``proto``
 ``include_acks``       ``true`` (default): rows are exactly what a Sequencer emits,
@@ -49,6 +51,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
 from pyspark.sql.types import StructType
 
 from framing import CONTENT_TYPE_CSV, CONTENT_TYPE_JSON_LINES, CONTENT_TYPE_PROTO_FIXED
@@ -56,7 +59,15 @@ from journal import JournalNotFoundError, JournalSpec, LocalJournalStore
 
 from ._content import META_DDL, META_NAMES, ContentSpec, proto_content_ddl
 from ._scan import READ_COMMITTED, READ_UNCOMMITTED, read_journal
-from ._stream import Offset, empty_offset, encode_states, read_range, sequence_range, states_of
+from ._stream import (
+    Offset,
+    empty_offset,
+    encode_states,
+    frame_boundary,
+    read_range,
+    sequence_range,
+    states_of,
+)
 from ._write import (
     PublishedBatch,
     Target,
@@ -163,6 +174,19 @@ def _journals(store: LocalJournalStore, options: Mapping[str, str]) -> list[Jour
     return store.list(selector or "")
 
 
+def _max_bytes_per_trigger(options: Mapping[str, str]) -> int | None:
+    value = options.get("max_bytes_per_trigger")
+    if value is None:
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"max_bytes_per_trigger must be a positive number of bytes, not {value!r}")
+    return n
+
+
 def _include_acks(options: Mapping[str, str]) -> bool:
     value = options.get("include_acks", "true").lower()
     if value not in ("true", "false"):
@@ -191,6 +215,7 @@ class JournalDataSource(DataSource):
         return "journal"
 
     def schema(self) -> str:
+        _max_bytes_per_trigger(self.options)  # a bad value fails load(), not a query later
         ddl = content_ddl(self.options)
         return f"{META_DDL}, {ddl}" if ddl else META_DDL
 
@@ -351,7 +376,13 @@ class JournalStreamReader(DataSourceStreamReader):
         self.acks = _include_acks(options)
         if options.get("isolation", READ_COMMITTED).lower() != READ_COMMITTED:
             raise ValueError("streaming reads are read_committed")
+        self.max_bytes = _max_bytes_per_trigger(options)
         recover(self.root)
+
+    def getDefaultReadLimit(self) -> Any:  # noqa: N802 -- Spark's name
+        if self.max_bytes is None:
+            return ReadAllAvailable()
+        return ReadMaxBytes(self.max_bytes)
 
     def initialOffset(self) -> Offset:  # noqa: N802 -- Spark's name
         offset = empty_offset()
@@ -364,16 +395,21 @@ class JournalStreamReader(DataSourceStreamReader):
     def latestOffset(  # noqa: N802 -- Spark's name
         self, start: Offset | None = None, limit: Any = None
     ) -> Offset:
-        # The read limit is not honoured: every micro-batch takes all there is.
         start = start or self.initialOffset()
         out: Offset = {"offsets": dict(start["offsets"]), "states": dict(start["states"])}
+        # ReadMaxBytes: the budget is shared equally by the journals with new
+        # data, each cut at a frame boundary (and taking at least one frame).
+        budget = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
         with LocalJournalStore(self.root) as store:
+            ranges = []
             for spec in _journals(store, self.options):
-                name = spec.name
-                begin = int(start["offsets"].get(name, 0))
-                end = store.head(name)
-                if end <= begin:
-                    continue
+                begin = int(start["offsets"].get(spec.name, 0))
+                end = store.head(spec.name)
+                if end > begin:
+                    ranges.append((spec.name, begin, end))
+            for name, begin, end in ranges:
+                if budget is not None:
+                    end = frame_boundary(store, name, begin, end, max(1, budget // len(ranges)))
                 states = sequence_range(
                     store, name, self.content, begin, end, states_of(start, name),
                     prune_horizon=self.prune_horizon,

@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from framing import TruncatedFrameError, framing_by_content_type
 from journal import JournalClient
 from message import (
     Envelope,
@@ -33,6 +34,7 @@ from message import (
     get_flags,
     get_producer_id,
 )
+from message._reader import _OffsetTracker
 
 from ._content import META_FIELDS, ContentSpec
 
@@ -76,6 +78,31 @@ def sequence_range(
             if on_commit is not None:
                 on_commit(out, it.commit_offset)
     return seq.producer_states(prune_horizon)
+
+
+def frame_boundary(client: JournalClient, journal: str, begin: int, end: int, budget: int) -> int:
+    """Where a micro-batch of at most ``budget`` bytes from ``begin`` ends:
+    the end of the last whole frame within it (of the first frame, if that
+    alone is larger), at most ``end``. Only frames are found, nothing decoded."""
+    framing = framing_by_content_type(client.get(journal).content_type or "")
+    read_frames = getattr(framing, "read_frames", None)
+    if read_frames is None or end - begin <= budget:
+        return end
+    limit = begin + budget
+    cut = None
+    with client.read(journal, begin, end) as r:
+        tracker = _OffsetTracker(r)
+        jumps, base = tracker.jumps, tracker.start
+        try:
+            for first, stop, _ in read_frames(tracker, chunk_size=min(1 << 20, budget + 1)):
+                while jumps and jumps[0][0] <= first:
+                    _, base = jumps.popleft()  # retention removed what was asked for
+                if cut is not None and base + stop > limit:
+                    return cut
+                cut = base + stop
+        except TruncatedFrameError:
+            pass  # a corrupt tail: the reader reports it
+    return end if cut is None else cut
 
 
 def read_range(

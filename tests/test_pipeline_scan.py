@@ -305,3 +305,42 @@ def test_selector_writes_follow_the_modulo_mapping(tmp_path: Path) -> None:
         for spec in specs:
             want = [i for i in range(30) if mapping({"k": f"k{i}"})[0] == spec.name]
             assert committed_ns(store, spec.name) == want
+
+
+def test_frame_boundary_cuts_a_budget_at_whole_frames() -> None:
+    """A micro-batch limited to a number of bytes ends at a frame boundary,
+    takes at least one frame, and follows a retention jump."""
+    from pipeline._stream import frame_boundary
+
+    lines = [orjson.dumps({"n": "x" * n}) + b"\n" for n in (5, 40, 3, 70, 1)]
+    ends = [sum(map(len, lines[: i + 1])) for i in range(len(lines))]
+    with MemoryJournalClient() as client:
+        client.create("j", {"content-type": "application/x-ndjson"})
+        for line in lines:
+            client.append("j", line).result()
+        head = ends[-1]
+        assert frame_boundary(client, "j", 0, head, head) == head
+        assert frame_boundary(client, "j", 0, head, 1) == ends[0]  # at least one frame
+        assert frame_boundary(client, "j", 0, head, ends[1]) == ends[1]
+        assert frame_boundary(client, "j", 0, head, ends[1] + 1) == ends[1]
+        assert frame_boundary(client, "j", ends[1], head, ends[3] - ends[1] - 1) == ends[2]
+        assert frame_boundary(client, "j", ends[3], head, 1) == head
+        for budget in range(1, head + 2):
+            cut = frame_boundary(client, "j", 0, head, budget)
+            assert cut in ends and (cut <= budget or cut == ends[0])
+
+
+def test_frame_boundary_follows_a_retention_jump(tmp_path: Path, caplog: Any) -> None:
+    from pipeline._stream import frame_boundary
+
+    line = orjson.dumps({"n": "x" * 20}) + b"\n"
+    with LocalJournalStore(tmp_path, fragment_size=len(line) * 3) as store:
+        store.create("j", {"content-type": "application/x-ndjson"})
+        for _ in range(9):
+            store.append("j", line).result()
+        removed = store.trim("j", before_offset=len(line) * 3)
+        assert removed
+        head = store.head("j")
+        with caplog.at_level(logging.WARNING):
+            # Asked from 0: the data begins at 3 lines; two lines fit the budget.
+            assert frame_boundary(store, "j", 0, head, len(line) * 5) == len(line) * 5

@@ -271,6 +271,47 @@ def test_stream_is_exactly_once_across_restarts(spark: Any, tmp_path: Path) -> N
     assert got == [*range(40), *range(100, 105)]
 
 
+def test_stream_read_limit_cuts_micro_batches(spark: Any, tmp_path: Path) -> None:
+    """max_bytes_per_trigger: each micro-batch reads at most that many bytes
+    (whole frames), a transaction may straddle micro-batches, and every
+    message is delivered exactly once."""
+    root, ckpt = tmp_path / "store", tmp_path / "ckpt"
+    to_src = lambda d: ("src", "application/x-ndjson")  # noqa: E731
+    with LocalJournalStore(root) as store:
+        store.create("src", NDJSON)
+        store.create("dst", NDJSON)
+        pub = Publisher(store)
+        with Transaction(Publisher(store)) as txn:
+            for n in range(100, 104):
+                txn.publish(to_src, JsonDocument(n=n))
+                pub.publish_committed(to_src, JsonDocument(n=n - 100))
+        for n in range(4, 24):
+            pub.publish_committed(to_src, JsonDocument(n=n))
+        store.flush()
+        frame = store.head("src") // 29  # 28 messages and an ACK, of about the same size
+    with pytest.raises(Exception, match="max_bytes_per_trigger must be a positive"):
+        (spark.readStream.format("journal").option("root", str(root)).option("journal", "src")
+         .option("schema", "n long").option("max_bytes_per_trigger", "0").load())
+    src = (
+        spark.readStream.format("journal").option("root", str(root)).option("journal", "src")
+        .option("schema", "n long").option("max_bytes_per_trigger", str(frame * 3 + 2))
+        .load()
+    )
+    q = (
+        src.where("flags != 2").select("n").writeStream.format("journal")
+        .option("root", str(root)).option("journal", "dst")
+        .option("checkpointLocation", str(ckpt)).trigger(processingTime="50 milliseconds")
+        .start()
+    )
+    q.processAllAvailable()
+    progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    q.stop()
+    got = sorted(d["n"] for d in committed_docs(root, "dst"))
+    assert got == [*range(24), *range(100, 104)]
+    assert len(progress) >= 8  # 29 frames, at most 3 a micro-batch (a committed span more)
+    assert all(p["numInputRows"] <= 3 + 5 for p in progress)
+
+
 def reader_stream(spark: Any, root: Path) -> Any:
     return (
         spark.readStream.format("journal").option("root", str(root)).option("journal", "src")
