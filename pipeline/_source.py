@@ -35,6 +35,7 @@ import io
 import json
 import math
 import os
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -78,6 +79,8 @@ from ._write import (
     publish_rows,
     recover,
     sink_id_of,
+    sink_job,
+    start_job,
 )
 
 SPLIT_BYTES: Final = 64 << 20
@@ -338,15 +341,17 @@ class JournalWriter(DataSourceArrowWriter):
         recover(self.target.root)
         with LocalJournalStore(self.target.root) as store:
             self.target.content_type(store)  # fail on the driver, before any task runs
+        self.job = uuid.uuid4().hex  # where attempts record their roll-backs
+        start_job(self.target.root, self.job)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Published:
-        return _Published(publish_rows(self.target, iter_batches(iterator)))
+        return _Published(publish_rows(self.target, iter_batches(iterator), job=self.job))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        commit_job(self.target.root, _batches(messages))
+        commit_job(self.target.root, _batches(messages), self.job)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        abort_job(self.target.root, _batches(messages))
+        abort_job(self.target.root, _batches(messages), self.job)
 
 
 def _batches(messages: list[Any]) -> list[PublishedBatch | None]:
@@ -445,12 +450,14 @@ class JournalStreamWriter(DataSourceStreamArrowWriter):
         self.target = _target(options, schema)
         self.sink_id = options.get("sink_id") or sink_id_of(self.target)
         recover(self.target.root)
+        self.job = sink_job(self.sink_id)
+        start_job(self.target.root, self.job)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Published:
-        return _Published(publish_rows(self.target, iter_batches(iterator)))
+        return _Published(publish_rows(self.target, iter_batches(iterator), job=self.job))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         commit_stream_batch(self.target, self.sink_id, batchId, _batches(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        abort_job(self.target.root, _batches(messages))
+        abort_job(self.target.root, _batches(messages), self.job, keep_dir=True)

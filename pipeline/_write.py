@@ -13,11 +13,17 @@ read-committed yet. Then, on the driver:
 - ``abort_job``: the roll-back intents are written, so readers drop the rows
   at once instead of waiting for an ACK that never comes.
 
-An attempt that fails rolls its own transaction back before it re-raises;
-one that dies without doing so leaves a transaction nobody acknowledges,
-which read-committed readers never emit. Attempts Spark ran twice
-(speculation) count once: only the intents of the attempt Spark reports
-are written.
+An attempt that fails rolls its own transaction back before it re-raises.
+One that dies without doing so (killed: Spark kills the running attempts of
+a job that failed, and the losers of speculation) is rolled back by the
+driver: before it first publishes to a journal, an attempt records the
+roll-back ACK of its transaction there, durably, under
+``<root>/@pipeline/attempts/<job>/``; when the driver commits or aborts the
+job, it writes the roll-backs recorded by every attempt it did not commit,
+and removes the job's records. Attempts Spark ran twice (speculation) count
+once: only the intents of the attempt Spark reports are written. (An attempt
+that goes on writing after its job ended, which Spark should not let happen,
+can still leave a transaction open.)
 
 Streaming sinks also remember, per sink, the last micro-batch they
 committed (``<root>/@pipeline/sinks/``), so that a batch Spark replays after
@@ -27,6 +33,7 @@ a restart is rolled back instead of committed twice.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import logging
 import os
@@ -44,13 +51,13 @@ from framing import CONTENT_TYPE_CSV, CONTENT_TYPE_JSON_LINES, framing_by_conten
 from journal import JournalClient, JournalSpec, LocalJournalStore
 from message import (
     AckIntent,
+    Clock,
     Flags,
     IntentLog,
     MappingFunc,
     Message,
     Publisher,
     build_uuid,
-    get_clock,
     modulo_mapping,
     rendezvous_mapping,
     write_intents,
@@ -139,46 +146,88 @@ def _key_text(v: Any) -> str | bytes:
     return v if isinstance(v, str | bytes) else "" if v is None else str(v)
 
 
-class _Recorder:
-    """Wraps a mapping to learn each message's journal, for roll-backs."""
+class _Mapped:
+    """A mapping whose answer for the next message is computed before it is
+    published (to record its roll-back first), and not computed again."""
 
     def __init__(self, inner: MappingFunc) -> None:
         self.inner = inner
-        self.journal = ""
+        self.msg: Any = None
+        self.result = ("", "")
+
+    def prepare(self, msg: Any) -> str:
+        self.msg, self.result = msg, self.inner(msg)
+        return self.result[0]
 
     def __call__(self, msg: Any) -> tuple[str, str]:
-        journal, ct = self.inner(msg)
-        self.journal = journal
-        return journal, ct
+        return self.result if msg is self.msg else self.inner(msg)
+
+
+class JobEndedError(RuntimeError):
+    """A write task ran after the driver ended its job."""
+
+
+def attempts_dir(root: str | os.PathLike[str], job: str) -> Path:
+    """Where the attempts of write job ``job`` record their roll-backs."""
+    return state_dir(root, "attempts", job)
+
+
+def start_job(root: str, job: str) -> None:
+    """Make the directory the job's attempts record their roll-backs in
+    (durably: an attempt's record must not vanish with its directory)."""
+    path = attempts_dir(root, job)
+    path.mkdir(parents=True, exist_ok=True)
+    for d in (path.parent, path.parent.parent):
+        _fsync_dir(d)
 
 
 def publish_rows(
-    target: Target, batches: Iterable[pa.RecordBatch], client: JournalClient | None = None
+    target: Target,
+    batches: Iterable[pa.RecordBatch],
+    client: JournalClient | None = None,
+    *,
+    job: str | None = None,
 ) -> PublishedBatch:
     """Publish every row of ``batches`` uncommitted under a new producer, and
-    return its ACK and roll-back intents. On failure, roll back and re-raise."""
+    return its ACK and roll-back intents. On failure, roll back and re-raise.
+    With a ``job`` (see ``start_job``), the roll-back of each journal is
+    recorded durably before the first message to it is published."""
     own = client is None
     store: JournalClient = LocalJournalStore(target.root) if client is None else client
-    publisher = Publisher(store)
-    first: dict[str, Message] = {}  # per journal, its first message (clock known)
+    # A clock of our own, which only publishing moves (one tick a message):
+    # the first message to a journal gets the clock after the one recorded.
+    clock = Clock()
+    publisher = Publisher(store, clock)
+    producer = publisher.producer_id
+    record = None if job is None else attempts_dir(target.root, job) / f"{producer.hex()}.json"
+    rollbacks: dict[str, bytes] = {}  # per journal, the ACK that rolls this attempt back
     rows = 0
     try:
+        if record is not None and not record.parent.is_dir():
+            raise JobEndedError(f"write job {job} has ended")
         ct: str | None = None
-        mapping: _Recorder | None = None
+        mapping: _Mapped | None = None
         for batch in batches:
             if mapping is None:
                 ct = target.content_type(store)
-                mapping = _Recorder(target.mapping_func(store, batch.schema.names))
+                mapping = _Mapped(target.mapping_func(store, batch.schema.names))
+            clock.update()  # timestamps follow the wall clock, batch by batch
             for row in batch.to_pylist():
                 msg = target.content.message_from_row(ct, row)
+                journal = mapping.prepare(msg)
+                if journal not in rollbacks:
+                    rollbacks[journal] = _rollback(store, producer, journal, msg, clock.value)
+                    if record is not None:
+                        _write_atomically(record, _encode(rollbacks), create_dirs=False)
                 publisher.publish_uncommitted(mapping, msg)
-                first.setdefault(mapping.journal, msg)
                 rows += 1
         store.flush()  # every message durable before its ACK can be written
         intents = publisher.build_ack_intents()
     except BaseException:
         try:
-            write_intents(store, _rollbacks(store, publisher.producer_id, first))
+            write_intents(store, [AckIntent(j, b) for j, b in rollbacks.items()])
+            if record is not None:
+                record.unlink(missing_ok=True)  # rolled back: nothing left to the driver
         except Exception:
             log.exception("rolling back a failed write task")
         raise
@@ -186,52 +235,102 @@ def publish_rows(
         if own:
             store.close()
     return PublishedBatch(
-        publisher.producer_id.hex(),
+        producer.hex(),
         rows,
         [(i.journal, i.intent) for i in intents],
-        [(i.journal, i.intent) for i in _rollbacks(store, publisher.producer_id, first)],
+        list(rollbacks.items()),
     )
 
 
-def _rollbacks(
-    client: JournalClient, producer: bytes, first: dict[str, Message]
+def _rollback(client: JournalClient, producer: bytes, journal: str, msg: Message,
+              clock: int) -> bytes:
+    """The roll-back ACK of a fresh producer's transaction in ``journal``,
+    whose first message will have the clock after ``clock``: an ACK with
+    ``clock``, where a reader that first saw this producer there starts it."""
+    ack = msg.new_acknowledgement(journal)
+    ack.set_uuid(build_uuid(producer, clock, Flags.ACK_TXN))
+    ct = client.get(journal).content_type or ""
+    return framing_by_content_type(ct).marshal(ack)
+
+
+def _encode(rollbacks: dict[str, bytes]) -> bytes:
+    return orjson.dumps([[j, base64.b64encode(b).decode()] for j, b in rollbacks.items()])
+
+
+def _unreported_rollbacks(
+    root: str, job: str | None, reported: Iterable[PublishedBatch | None]
 ) -> list[AckIntent]:
-    """Roll-back ACKs of a fresh producer's transaction: in each journal, an
-    ACK with the clock just below its first message's, where a reader that
-    first saw this producer there starts it."""
+    """The roll-backs recorded by the job's attempts not in ``reported``."""
+    if job is None:
+        return []
+    keep = {m.producer for m in reported if m is not None}
     out = []
-    for journal, msg in first.items():
-        ack = msg.new_acknowledgement(journal)
-        ack.set_uuid(build_uuid(producer, get_clock(msg.get_uuid()) - 1, Flags.ACK_TXN))
-        ct = client.get(journal).content_type or ""
-        out.append(AckIntent(journal, framing_by_content_type(ct).marshal(ack)))
+    path = attempts_dir(root, job)
+    for rec in sorted(path.glob("*.json")) if path.is_dir() else []:
+        if rec.stem in keep:
+            continue
+        try:
+            out += [AckIntent(j, base64.b64decode(b)) for j, b in orjson.loads(rec.read_bytes())]
+        except (OSError, ValueError, TypeError) as exc:
+            log.warning("ignoring the unreadable attempt record %s: %s", rec, exc)
+    if out:
+        log.info("job %s: rolling back %d transactions of attempts that did not report",
+                 job, len(out))
     return out
+
+
+def end_job(root: str, job: str | None, *, keep_dir: bool = False) -> None:
+    """Forget the job's attempt records (all rolled back or committed)."""
+    if job is None:
+        return
+    path = attempts_dir(root, job)
+    if not path.is_dir():
+        return
+    for rec in path.glob("*.json"):
+        rec.unlink(missing_ok=True)
+    if not keep_dir:
+        with contextlib.suppress(OSError):
+            path.rmdir()
+    _fsync_dir(path.parent)
 
 
 def _intents(batches: Iterable[PublishedBatch | None], attr: str) -> list[AckIntent]:
     return [AckIntent(j, b) for m in batches if m is not None for j, b in getattr(m, attr)]
 
 
-def commit_job(root: str, messages: Iterable[PublishedBatch | None]) -> int:
-    """Commit the write job's transactions (see the module docstring); returns
-    how many ACK intents were written."""
+def commit_job(
+    root: str, messages: Iterable[PublishedBatch | None], job: str | None = None
+) -> int:
+    """Commit the write job's transactions (see the module docstring), and
+    roll back those of its attempts that did not report; returns how many
+    ACK intents were written to commit."""
+    messages = list(messages)
     intents = _intents(messages, "intents")
-    if not intents:
-        return 0
-    with LocalJournalStore(root) as store:
-        ilog = IntentLog(state_dir(root, "intents", f"{uuid.uuid4().hex}.json"))
-        ilog.save(intents)
-        write_intents(store, intents)
-        ilog.clear()
+    rollbacks = _unreported_rollbacks(root, job, messages)
+    if intents or rollbacks:
+        with LocalJournalStore(root) as store:
+            if intents:
+                ilog = IntentLog(state_dir(root, "intents", f"{uuid.uuid4().hex}.json"))
+                ilog.save(intents)
+                write_intents(store, intents)
+                ilog.clear()
+            write_intents(store, rollbacks)
+    end_job(root, job)
     return len(intents)
 
 
-def abort_job(root: str, messages: Iterable[PublishedBatch | None]) -> int:
-    """Roll back the transactions of the attempts that reported; returns how many."""
-    rollbacks = _intents(messages, "rollbacks")
+def abort_job(
+    root: str, messages: Iterable[PublishedBatch | None], job: str | None = None,
+    *, keep_dir: bool = False,
+) -> int:
+    """Roll back the transactions of the job's attempts, those that reported
+    and those that recorded theirs; returns how many roll-backs were written."""
+    messages = list(messages)
+    rollbacks = _intents(messages, "rollbacks") + _unreported_rollbacks(root, job, messages)
     if rollbacks:
         with LocalJournalStore(root) as store:
             write_intents(store, rollbacks)
+    end_job(root, job, keep_dir=keep_dir)
     return len(rollbacks)
 
 
@@ -300,13 +399,22 @@ class _SinkState:
         self.recover(client)
 
 
+def sink_job(sink_id: str) -> str:
+    """The job under which a streaming sink's attempts record their
+    roll-backs: one per sink, so that a restarted query cleans up after the
+    attempts of the one before."""
+    return f"sink-{sink_id}"
+
+
 def commit_stream_batch(
     target: Target, sink_id: str, batch_id: int, messages: Iterable[PublishedBatch | None]
 ) -> bool:
     """Commit micro-batch ``batch_id`` of a streaming sink once: a batch Spark
     replays after a restart, already committed, is rolled back instead.
-    Returns True if the batch was committed now."""
+    Attempts that did not report are rolled back. Returns True if the batch
+    was committed now."""
     messages = list(messages)
+    job = sink_job(sink_id)
     with LocalJournalStore(target.root) as store:
         state = _SinkState(target.root, sink_id)
         state.recover(store)
@@ -315,18 +423,31 @@ def commit_stream_batch(
             write_intents(store, _intents(messages, "rollbacks"))
             log.info("sink %s: batch %d was already committed; rolled back its replay",
                      sink_id, batch_id)
-            return False
-        if batch_id < last:
-            # Spark only replays its latest batch: a smaller ID means a new
-            # query (a new checkpoint location) writing to the same sink.
-            log.warning("sink %s: batch %d follows batch %d: a new query, committing",
-                        sink_id, batch_id, last)
-        state.commit(store, batch_id, _intents(messages, "intents"))
-        return True
+            committed = False
+        else:
+            if batch_id < last:
+                # Spark only replays its latest batch: a smaller ID means a new
+                # query (a new checkpoint location) writing to the same sink.
+                log.warning("sink %s: batch %d follows batch %d: a new query, committing",
+                            sink_id, batch_id, last)
+            state.commit(store, batch_id, _intents(messages, "intents"))
+            committed = True
+        write_intents(store, _unreported_rollbacks(target.root, job, messages))
+    end_job(target.root, job, keep_dir=True)
+    return committed
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomically(path: Path, data: bytes, *, create_dirs: bool = True) -> None:
+    if create_dirs:
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:
         with os.fdopen(fd, "wb") as f:
@@ -337,11 +458,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    _fsync_dir(path.parent)
 
 
 def iter_batches(iterator: Iterator[Any]) -> Iterator[pa.RecordBatch]:

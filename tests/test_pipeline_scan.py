@@ -4,6 +4,10 @@ committed set equals a sequential ReadCommittedIter, and writes commit once."""
 from __future__ import annotations
 
 import logging
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +33,19 @@ from message import (
 from pipeline._content import ContentSpec
 from pipeline._scan import read_journal
 from pipeline._stream import encode_states, read_range, sequence_range, states_of
-from pipeline._write import Target, abort_job, commit_job, publish_rows, recover, state_dir
+from pipeline._write import (
+    JobEndedError,
+    Target,
+    abort_job,
+    attempts_dir,
+    commit_job,
+    commit_stream_batch,
+    publish_rows,
+    recover,
+    sink_job,
+    start_job,
+    state_dir,
+)
 from proto import examples_pb2
 from tests.strategies import Workload, chaos_workloads, producer, publisher_workloads
 
@@ -273,6 +289,91 @@ def test_failed_task_rolls_back_its_own_rows(tmp_path: Path) -> None:
         it = ReadCommittedIter(store, "out", lambda _s: JsonDocument())
         assert [e for e in it if get_flags(e.message.get_uuid()) != Flags.ACK_TXN] == []
         assert not it.sequencer.has_pending({})
+
+
+_KILLED_ATTEMPT = """
+import sys
+import pyarrow as pa
+from pipeline._write import Target, publish_rows
+
+def batches():
+    for i in range(10_000_000):
+        yield pa.RecordBatch.from_pylist([{"n": 1000 + i}])
+        if i == 200:
+            print("writing", flush=True)
+
+publish_rows(Target(sys.argv[1], journal=sys.argv[2]), batches(), job="job-1")
+"""
+
+
+def kill_an_attempt_mid_write(root: str, journal: str = "out") -> None:
+    """A write task attempt in a process of its own, SIGKILLed while it publishes."""
+    with subprocess.Popen(
+        [sys.executable, "-c", _KILLED_ATTEMPT, root, journal],
+        stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parent.parent,
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline() == b"writing\n"
+        # Killed once some of its appends are durable (they are asynchronous).
+        with LocalJournalStore(root) as store:
+            deadline = time.monotonic() + 30
+            while store.head(journal) == 0 and time.monotonic() < deadline:
+                time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+    assert proc.returncode == -signal.SIGKILL
+
+
+def open_transactions(store: Any, journal: str) -> bool:
+    it = ReadCommittedIter(store, journal, lambda _s: JsonDocument())
+    for _ in it:
+        pass
+    return it.sequencer.has_pending({})
+
+
+@pytest.mark.parametrize("outcome", ["commit", "abort"])
+def test_the_driver_rolls_back_attempts_killed_mid_write(tmp_path: Path, outcome: str) -> None:
+    """An attempt SIGKILLed while publishing, and a finished one Spark did not
+    keep (speculation), leave no open transaction once the job ends; the
+    kept attempt's rows are committed exactly once."""
+    root = str(tmp_path)
+    with LocalJournalStore(root) as store:
+        store.create("out", NDJSON)
+    start_job(root, "job-1")
+    kill_an_attempt_mid_write(root)
+    with LocalJournalStore(root) as store:
+        assert open_transactions(store, "out")
+        target = Target(root, journal="out")
+        kept = publish_rows(target, batches(5), store, job="job-1")
+        publish_rows(target, batches(5, start=50), store, job="job-1")  # not kept
+        assert len(list(attempts_dir(root, "job-1").glob("*.json"))) == 3
+        if outcome == "commit":
+            commit_job(root, [kept], "job-1")
+            assert committed_ns(store, "out") == [0, 1, 2, 3, 4]
+        else:
+            abort_job(root, [kept], "job-1")
+            assert committed_ns(store, "out") == []
+        assert not open_transactions(store, "out")
+        assert not attempts_dir(root, "job-1").exists()
+        with pytest.raises(JobEndedError):
+            publish_rows(target, batches(5, start=70), store, job="job-1")
+        assert not open_transactions(store, "out")
+
+
+def test_a_streaming_sink_rolls_back_attempts_that_did_not_report(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    with LocalJournalStore(root) as store:
+        store.create("out", NDJSON)
+    target = Target(root, journal="out")
+    job = sink_job("s1")
+    start_job(root, job)
+    with LocalJournalStore(root) as store:
+        kept = publish_rows(target, batches(3), store, job=job)
+        publish_rows(target, batches(3, start=10), store, job=job)  # lost to speculation
+        assert commit_stream_batch(target, "s1", 0, [kept])
+        assert committed_ns(store, "out") == [0, 1, 2]
+        assert not open_transactions(store, "out")
+        assert attempts_dir(root, job).is_dir()  # kept for the next micro-batch
+        assert not list(attempts_dir(root, job).glob("*.json"))
 
 
 def test_durable_intents_of_a_crashed_driver_are_recovered(tmp_path: Path) -> None:

@@ -165,7 +165,8 @@ def test_write_exactly_once_when_first_attempts_fail(spark: Any, tmp_path: Path)
 
 
 def test_a_write_job_that_fails_leaves_nothing_visible(spark: Any, tmp_path: Path) -> None:
-    """When every attempt of a task fails, the job fails and no row is committed."""
+    """When every attempt of a task fails, the job fails, no row is committed
+    and no transaction stays open."""
     from pyspark.sql import functions as F  # noqa: N812
 
     with LocalJournalStore(tmp_path) as store:
@@ -182,10 +183,13 @@ def test_a_write_job_that_fails_leaves_nothing_visible(spark: Any, tmp_path: Pat
         (df.write.format("journal").option("root", str(tmp_path)).option("journal", "out")
          .mode("append").save())
     assert committed_docs(tmp_path, "out") == []
-    # No assertion that every transaction was rolled back: when the job fails,
-    # Spark kills the other tasks' attempts, and an attempt killed mid-write
-    # leaves a transaction nobody acknowledges (docs/spark.md) — pending for
-    # ever, and never read-committed, which is what the line above checks.
+    # Spark killed the other tasks' attempts when the job failed: the driver
+    # rolled them back too, from what they recorded before publishing.
+    with LocalJournalStore(tmp_path) as store:
+        it = ReadCommittedIter(store, "out", lambda _s: JsonDocument())
+        assert list(it) == []
+        assert not it.sequencer.has_pending({})
+    assert not list(state_dir(tmp_path, "attempts").iterdir())
 
 
 def test_durable_intents_are_reapplied_by_the_next_read(spark: Any, tmp_path: Path) -> None:
