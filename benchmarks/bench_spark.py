@@ -110,7 +110,7 @@ def run(scale: float) -> list[Result]:
         counts["json"] = spark.read.schema(json_schema).json(files).count()
         times = interleaved(
             {"journal": journal, "json": json, "dedup": dedup},
-            repeat=3 if scale >= 0.5 else 1,
+            repeat=5 if scale >= 0.5 else 1,
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

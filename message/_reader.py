@@ -43,7 +43,7 @@ def _load_speedups() -> Any:
         from . import _speedups  # type: ignore[attr-defined]
     except ImportError:
         return None
-    if getattr(_speedups, "VERSION", None) != 2:
+    if getattr(_speedups, "VERSION", None) != 3:
         return None  # built from another version of the source: not used
     _speedups.configure(Envelope, Sequencer, _Partial, UUID_INT_OF, JsonDocument._uuid_int)
     return _speedups

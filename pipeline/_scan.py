@@ -39,6 +39,7 @@ import pyarrow.json as pa_json
 from framing import CONTENT_TYPE_JSON_LINES
 from journal import JournalClient, JournalSpec
 from message import Envelope, MustStartReplay, ReadUncommittedIter, Sequencer
+from message._reader import SPEEDUPS
 
 from ._content import META_FIELDS, ContentSpec, to_arrow
 
@@ -188,6 +189,12 @@ def _uuid_halves(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32)[
         strings.offset : strings.offset + n + 1
     ]
+    if SPEEDUPS is not None:
+        # The same, in C (message/_speedups.c): rows it cannot parse are left.
+        data_buf = strings.buffers()[2]
+        for i in SPEEDUPS.parse_uuids(data_buf if data_buf is not None else b"", offsets, hi, lo):
+            _parse_one(strings[i].as_py(), hi, lo, i)
+        return hi, lo
     lengths = np.diff(offsets)
     valid = ~np.asarray(strings.is_null().to_numpy(zero_copy_only=False), dtype=bool)
     canonical = valid & (lengths == 36)
@@ -207,12 +214,21 @@ def _uuid_halves(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         lo[rows[good]] = (d[:, 16:] * weights).sum(axis=1, dtype=np.uint64)
         canonical[rows[~good]] = False
     for i in np.flatnonzero(valid & ~canonical):
-        try:
-            v = _uuid.UUID(strings[i].as_py()).int
-        except ValueError:
-            continue  # not a UUID: the nil UUID, like JsonDocument.get_uuid
-        hi[i], lo[i] = v >> 64, v & 0xFFFFFFFFFFFFFFFF
+        _parse_one(strings[i].as_py(), hi, lo, i)
     return hi, lo
+
+
+def _parse_one(text: str | None, hi: np.ndarray, lo: np.ndarray, i: int) -> None:
+    """A UUID string in another form than the canonical one (braces, no
+    hyphens, ...); what is not a UUID, or null, stays the nil UUID, as
+    ``JsonDocument.get_uuid`` has it."""
+    if text is None:
+        return
+    try:
+        v = _uuid.UUID(text).int
+    except ValueError:
+        return
+    hi[i], lo[i] = v >> 64, v & 0xFFFFFFFFFFFFFFFF
 
 
 def _exact_index(
@@ -412,22 +428,38 @@ def _hex_strings(byte_rows: np.ndarray, hyphens: tuple[int, ...] = ()) -> pa.Arr
     )
 
 
+def _fixed_width_strings(n: int, width: int, data: bytes) -> pa.Array:
+    """A string array of ``n`` strings of ``width`` bytes each, laid end to end in ``data``."""
+    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data))
+
+
 def meta_columns(
     journal: str, index: _Index, rows: np.ndarray, commit: np.ndarray
 ) -> list[pa.Array]:
     """The metadata columns (``META_FIELDS``) of ``rows`` of the index."""
     hi, lo = index.hi[rows], index.lo[rows]
-    raw = np.empty((len(rows), 16), dtype=np.uint8)
-    raw[:, :8] = hi.astype(">u8").view(np.uint8).reshape(-1, 8)
-    raw[:, 8:] = lo.astype(">u8").view(np.uint8).reshape(-1, 8)
+    n = len(rows)
+    if SPEEDUPS is not None:
+        # In C (message/_speedups.c): the same strings as below.
+        uuid_text, producer_text = SPEEDUPS.format_uuids(hi, lo)
+        uuids = _fixed_width_strings(n, 36, uuid_text)
+        producers = _fixed_width_strings(n, 12, producer_text)
+    else:
+        raw = np.empty((n, 16), dtype=np.uint8)
+        raw[:, :8] = hi.astype(">u8").view(np.uint8).reshape(-1, 8)
+        raw[:, 8:] = lo.astype(">u8").view(np.uint8).reshape(-1, 8)
+        uuids = _hex_strings(raw, (4, 6, 8, 10))
+        producers = _hex_strings(raw[:, 10:])
     clocks = clocks_of(hi, lo)
     times = ((clocks >> np.uint64(4)).astype(np.int64) - _GREGORIAN) // 10
+    name = journal.encode()
     return [
-        pa.array(np.full(len(rows), journal, dtype=object), pa.string()),
+        _fixed_width_strings(n, len(name), name * n),
         pa.array(index.begin[rows], pa.int64()),
         pa.array(index.end[rows], pa.int64()),
-        _hex_strings(raw, (4, 6, 8, 10)),
-        _hex_strings(raw[:, 10:]),
+        uuids,
+        producers,
         pa.array(clocks.astype(np.int64), pa.int64()),
         pa.array(flags_of(lo), pa.int32()),
         pa.array(times, pa.timestamp("us", tz="UTC"), mask=clocks == 0),

@@ -8,9 +8,11 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pytest
@@ -30,6 +32,7 @@ from message import (
     get_flags,
     proto_message_type,
 )
+from message._reader import SPEEDUPS as C_LOOPS
 from pipeline._content import ContentSpec
 from pipeline._scan import read_journal
 from pipeline._stream import encode_states, read_range, sequence_range, states_of
@@ -50,6 +53,8 @@ from proto import examples_pb2
 from tests.strategies import Workload, chaos_workloads, producer, publisher_workloads
 
 NDJSON = {"content-type": "application/x-ndjson"}
+
+needs_c = pytest.mark.skipif(C_LOOPS is None, reason="message._speedups is not built here")
 TEXT = ContentSpec((("text", pa.string()),))
 
 
@@ -445,3 +450,65 @@ def test_frame_boundary_follows_a_retention_jump(tmp_path: Path, caplog: Any) ->
         with caplog.at_level(logging.WARNING):
             # Asked from 0: the data begins at 3 lines; two lines fit the budget.
             assert frame_boundary(store, "j", 0, head, len(line) * 5) == len(line) * 5
+
+
+_UUID_TEXTS = st.one_of(
+    st.uuids().map(str),
+    st.uuids().map(lambda u: str(u).upper()),
+    st.uuids().map(lambda u: "{" + str(u) + "}"),
+    st.uuids().map(lambda u: u.hex),
+    st.uuids().map(lambda u: str(u)[:-1] + "z"),
+    st.uuids().map(lambda u: str(u).replace("-", "+", 1)),
+    st.text(max_size=40),
+    st.none(),
+)
+
+
+@needs_c
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_UUID_TEXTS, max_size=40), st.integers(0, 3))
+def test_uuid_strings_parse_the_same_in_c_and_numpy(values: list[Any], cut: int) -> None:
+    """The C parser of UUID columns (message/_speedups.c) and the numpy one
+    agree, on sliced arrays too; canonical strings give their UUID."""
+    import pipeline._scan as scan
+
+    arr = pa.array(values, pa.string()).slice(min(cut, len(values)))
+    c = scan._uuid_halves(arr)
+    saved, scan.SPEEDUPS = scan.SPEEDUPS, None
+    try:
+        py = scan._uuid_halves(arr)
+    finally:
+        scan.SPEEDUPS = saved
+    assert c[0].tolist() == py[0].tolist() and c[1].tolist() == py[1].tolist()
+    for text, hi, lo in zip(arr.to_pylist(), *c, strict=True):
+        if isinstance(text, str) and len(text) == 36:
+            try:
+                want = uuid.UUID(text).int
+            except ValueError:
+                continue
+            assert (int(hi) << 64) | int(lo) == want
+
+
+@needs_c
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)), max_size=30))
+def test_metadata_columns_are_the_same_in_c_and_numpy(halves: list[tuple[int, int]]) -> None:
+    import pipeline._scan as scan
+
+    n = len(halves)
+    index = scan._Index(
+        np.arange(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64),
+        np.array([h for h, _ in halves], dtype=np.uint64),
+        np.array([lo for _, lo in halves], dtype=np.uint64),
+    )
+    rows = np.arange(n)
+    commit = np.arange(n, dtype=np.int64)
+    c = scan.meta_columns("a/journal", index, rows, commit)
+    saved, scan.SPEEDUPS = scan.SPEEDUPS, None
+    try:
+        py = scan.meta_columns("a/journal", index, rows, commit)
+    finally:
+        scan.SPEEDUPS = saved
+    assert [col.to_pylist() for col in c] == [col.to_pylist() for col in py]
+    uuids = c[3].to_pylist()
+    assert uuids == [str(uuid.UUID(int=(h << 64) | lo)) for h, lo in halves]
