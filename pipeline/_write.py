@@ -49,6 +49,7 @@ import pyarrow as pa
 
 from framing import CONTENT_TYPE_CSV, CONTENT_TYPE_JSON_LINES, framing_by_content_type
 from journal import JournalClient, JournalSpec, LocalJournalStore
+from journal._files import fsync_dir
 from message import (
     AckIntent,
     Clock,
@@ -178,7 +179,7 @@ def start_job(root: str, job: str) -> None:
     path = attempts_dir(root, job)
     path.mkdir(parents=True, exist_ok=True)
     for d in (path.parent, path.parent.parent):
-        _fsync_dir(d)
+        fsync_dir(str(d))
 
 
 def publish_rows(
@@ -291,7 +292,7 @@ def end_job(root: str, job: str | None, *, keep_dir: bool = False) -> None:
     if not keep_dir:
         with contextlib.suppress(OSError):
             path.rmdir()
-    _fsync_dir(path.parent)
+    fsync_dir(str(path.parent))
 
 
 def _intents(batches: Iterable[PublishedBatch | None], attr: str) -> list[AckIntent]:
@@ -437,14 +438,6 @@ def commit_stream_batch(
     return committed
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_atomically(path: Path, data: bytes, *, create_dirs: bool = True) -> None:
     if create_dirs:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -458,7 +451,7 @@ def _write_atomically(path: Path, data: bytes, *, create_dirs: bool = True) -> N
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(str(path.parent))
 
 
 def iter_batches(iterator: Iterator[Any]) -> Iterator[pa.RecordBatch]:
