@@ -1003,8 +1003,11 @@ commit_alone(Committed *c, PyObject *env)
         return 0; /* an open transaction: discarded by the Python Sequencer */
     }
     PyObject *ack = SLOT(p, C.p_last_ack);
+    if (ack == NULL) {
+        return 0; /* unset: the Python Sequencer raises what it raises */
+    }
     if (ack != e->ack_obj) {
-        if (ack == NULL || !PyLong_CheckExact(ack)) {
+        if (!PyLong_CheckExact(ack)) {
             return 0;
         }
         uint64_t v = PyLong_AsUnsignedLongLong(ack);
@@ -1054,7 +1057,7 @@ commit_alone(Committed *c, PyObject *env)
     set_slot(seq, C.s_seq, n_obj);
     set_slot(p, C.p_max_clock, Py_NewRef(clock_obj));
     set_slot(p, C.p_last_ack, Py_NewRef(clock_obj));
-    Py_SETREF(e->ack_obj, clock_obj);
+    Py_XSETREF(e->ack_obj, clock_obj);
     e->ack = clock;
     PyObject *old = PyList_GET_ITEM(single, 0);
     PyList_SET_ITEM(single, 0, Py_NewRef(env));

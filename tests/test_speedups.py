@@ -169,15 +169,17 @@ def orjson_line(doc: Any) -> bytes:
 
 
 def read_committed(mode: str, client: MemoryJournalClient, new: Callable[[Any], Any],
-                   buffer: int) -> tuple[list[Any], list[Any], int, int]:
+                   buffer: int, prune: float = 0) -> tuple[list[Any], list[Any], int, int]:
     """Everything a committed read shows: envelopes, a checkpoint between
-    every two yields, replays and skipped frames."""
+    every two yields (forgetting producers idle ``prune`` seconds: the
+    Sequencer drops them, and the C loop must forget them too), replays and
+    skipped frames."""
     with loops(mode):
         it = ReadCommittedIter(client, J, new, Sequencer(buffer=buffer), skip_corrupt=True)
-        out, cps = [], [it.checkpoint()]
+        out, cps = [], [it.checkpoint(prune)]
         for env in it:
             out.append(as_json(env))
-            cps.append(it.checkpoint())
+            cps.append(it.checkpoint(prune))
         return out, cps, it.replays, it.skipped
 
 
@@ -200,8 +202,9 @@ def test_json_documents_read_the_same_in_c_and_python(seed: int, steps: int, buf
         for new in (lambda _s: JsonDocument(), lambda _s: {}):
             assert read_uncommitted("c", client, new) == read_uncommitted("python", client, new)
         new = lambda _s: JsonDocument()  # noqa: E731
-        c = read_committed("c", client, new, buffer)
-        assert c == read_committed("python", client, new, buffer)
+        for prune in (0, 2e-7):  # 2e-7 s: a few clock ticks, so producers are forgotten
+            c = read_committed("c", client, new, buffer, prune)
+            assert c == read_committed("python", client, new, buffer, prune)
 
 
 @needs_c
