@@ -27,4 +27,4 @@ bench: $(STAMP)           ## run every benchmark and print a table
 	$(BIN)/exactly bench
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis message/*.so
