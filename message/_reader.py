@@ -44,8 +44,14 @@ def _load_speedups() -> Any:
     except ImportError:
         return None
     if getattr(_speedups, "VERSION", None) != 3:
-        return None  # built from another version of the source: not used
-    _speedups.configure(Envelope, Sequencer, _Partial, UUID_INT_OF, JsonDocument._uuid_int)
+        # Built from another version of the source: reinstall to rebuild it.
+        log.warning("message._speedups is stale (rebuild it with pip install): not used")
+        return None
+    try:
+        _speedups.configure(Envelope, Sequencer, _Partial, UUID_INT_OF, JsonDocument._uuid_int)
+    except Exception as exc:  # the classes' layout is not what the C code expects
+        log.warning("message._speedups not used: %s", exc)
+        return None
     return _speedups
 
 

@@ -460,3 +460,24 @@ def test_exactly_pure_python_turns_the_c_loops_off() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT,
                          capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+@needs_c
+def test_classes_the_c_code_does_not_expect_turn_it_off(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """If the Python classes lost the slots the C loops use, importing goes
+    on with the Python loops (and says so) instead of failing."""
+
+    class NotASequencer:
+        pass
+
+    monkeypatch.setattr(reader_module, "Sequencer", NotASequencer)
+    with caplog.at_level(logging.WARNING, logger="message"):
+        assert reader_module._load_speedups() is None
+    assert "message._speedups not used" in caplog.text
+    monkeypatch.undo()
+    # The configuration in use is untouched: the C loops still read.
+    client = journal_with([good_line(1), good_line(2)])
+    it = ReadCommittedIter(client, J, lambda _s: JsonDocument())
+    assert [e.message["v"] for e in it] == [1, 2]
