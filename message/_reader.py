@@ -43,7 +43,7 @@ def _load_speedups() -> Any:
         from . import _speedups  # type: ignore[attr-defined]
     except ImportError:
         return None
-    if getattr(_speedups, "VERSION", None) != 3:
+    if getattr(_speedups, "VERSION", None) != 4:
         # Built from another version of the source: reinstall to rebuild it.
         log.warning("message._speedups is stale (rebuild it with pip install): not used")
         return None
@@ -66,7 +66,7 @@ class _OffsetTracker:
     Appends are whole frames and fragments hold whole appends, so a jump
     always falls between two frames."""
 
-    __slots__ = ("jumps", "pos", "reader", "shift", "start")
+    __slots__ = ("base", "jumps", "pos", "reader", "shift", "start")
 
     def __init__(self, reader: JournalReader) -> None:
         self.reader = reader
@@ -74,6 +74,16 @@ class _OffsetTracker:
         self.shift = self.start  # journal offset minus stream position, now
         self.pos = 0
         self.jumps: deque[tuple[int, int]] = deque()  # (stream position, new shift)
+        self.base = self.start  # the shift of the frames being handed out
+
+    def base_at(self, pos: int) -> int:
+        """Journal offset minus stream position for the frame at ``pos``
+        (frames asked for in order): the jumps up to it are taken. Retention
+        removed what came next, and the journal's reader has logged it."""
+        jumps = self.jumps
+        while jumps and jumps[0][0] <= pos:
+            _, self.base = jumps.popleft()
+        return self.base
 
     def read(self, n: int = -1) -> bytes:
         data = self.reader.read(n)
@@ -160,7 +170,7 @@ class ReadUncommittedIter(_EnvelopeIter):
         # The C loop, when built: the same steps as _generate.
         self._fast: Any = None
         self._fast_capable = bulk and SPEEDUPS is not None
-        self._jumps: deque[tuple[int, int]] = deque()
+        self._tracker: _OffsetTracker | None = None  # made by the bulk loops
         if self._fast_capable:
             self._gen = self._fast_reader()
         else:
@@ -195,17 +205,14 @@ class ReadUncommittedIter(_EnvelopeIter):
     def _generate(self) -> Generator[Envelope, None, None]:
         spec, new_message = self.spec, self._new_message
         unmarshal = self._framing.unmarshal_frame
-        tracker = _OffsetTracker(self._reader)
+        tracker = self._tracker = _OffsetTracker(self._reader)
         jumps = tracker.jumps
         base = tracker.start
         try:
             try:
                 for begin, end, frame in self._framing.read_frames(tracker):
                     if jumps and jumps[0][0] <= begin:
-                        # Retention removed what came next (the journal's
-                        # reader has logged it): offsets continue further on.
-                        while jumps and jumps[0][0] <= begin:
-                            _, base = jumps.popleft()
+                        base = tracker.base_at(begin)  # offsets continue further on
                     msg = new_message(spec)
                     try:
                         unmarshal(frame, msg)
@@ -215,9 +222,7 @@ class ReadUncommittedIter(_EnvelopeIter):
                     env = self._last = Envelope(spec, base + begin, base + end, msg)
                     yield env
             except TruncatedFrameError as exc:
-                # Input ended inside a frame: a journal's appends are whole
-                # frames, so its bytes are not what the framing says.
-                self._corrupt(exc, base + (exc.offset or 0) if not jumps else -1)
+                self._truncated(exc)
         finally:
             self._reader.close()
 
@@ -225,35 +230,28 @@ class ReadUncommittedIter(_EnvelopeIter):
         """The C EnvelopeReader of this iterator (made at the first call):
         its own iterator, or the one a ReadCommittedIter drives."""
         if self._fast is None:
-            tracker = _OffsetTracker(self._reader)
-            jumps = tracker.jumps
-
-            def rebase(begin: int, base: int) -> int:
-                # Retention removed what came next (the journal's reader has
-                # logged it): offsets continue further on.
-                while jumps and jumps[0][0] <= begin:
-                    _, base = jumps.popleft()
-                return base
-
+            tracker = self._tracker = _OffsetTracker(self._reader)
             plain_json = getattr(self._framing, "plain_json", None)
             loads, plain = plain_json() if plain_json is not None else (None, None)
             # Frames by batch when the framing has them: no tuple per frame.
             batches = getattr(self._framing, "read_frame_batches", None)
             frames = batches(tracker) if batches else self._framing.read_frames(tracker)
-            self._jumps = jumps
             self._fast = SPEEDUPS.EnvelopeReader(
                 frames, self.spec, self._new_message,
-                self._framing.unmarshal_frame, jumps, rebase, self._corrupt, FramingError,
+                self._framing.unmarshal_frame, tracker.jumps, tracker.base_at,
+                self._corrupt, FramingError,
                 tracker.start, self._reader.close, TruncatedFrameError, self._truncated,
                 loads, plain, batches is not None,
             )
         return self._fast
 
     def _truncated(self, exc: TruncatedFrameError) -> None:
-        """Input ended inside a frame (C loop): a journal's appends are whole
-        frames, so its bytes are not what the framing says."""
-        fast = self._fast
-        self._corrupt(exc, fast.base + (exc.offset or 0) if not self._jumps else -1)
+        """Input ended inside a frame: a journal's appends are whole frames,
+        so its bytes are not what the framing says."""
+        tracker = self._tracker
+        assert tracker is not None
+        offset = tracker.base + (exc.offset or 0) if not tracker.jumps else -1
+        self._corrupt(exc, offset)
 
     @property
     def offset(self) -> int:

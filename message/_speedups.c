@@ -156,7 +156,7 @@ typedef struct {
     PyObject *new_message;  /* new_message(spec) -> message */
     PyObject *decode;       /* decode(frame, message) */
     PyObject *jumps;        /* sized: non-empty when offsets may jump */
-    PyObject *rebase;       /* rebase(begin, base) -> base */
+    PyObject *rebase;       /* rebase(begin) -> base, taking the jumps up to begin */
     PyObject *corrupt;      /* corrupt(exc, offset): raises, or returns to skip */
     PyObject *error_type;   /* exceptions of decode that corrupt() handles */
     PyObject *loads;        /* JSON: orjson.loads, or NULL */
@@ -325,14 +325,16 @@ reader_decode(Reader *r, PyObject *frame, PyObject *msg)
     return 0;
 }
 
-/* An Envelope, as its dataclass __init__ makes it; steals `b` and `e`. */
+/* An Envelope, as its dataclass __init__ makes it. */
 static PyObject *
-new_envelope_of(PyObject *spec, PyObject *b, PyObject *e, PyObject *msg)
+new_envelope(PyObject *spec, long long begin, long long end, PyObject *msg)
 {
-    PyObject *env = C.envelope_type->tp_alloc(C.envelope_type, 0);
+    PyObject *b = PyLong_FromLongLong(begin);
+    PyObject *e = b ? PyLong_FromLongLong(end) : NULL;
+    PyObject *env = e ? C.envelope_type->tp_alloc(C.envelope_type, 0) : NULL;
     if (env == NULL) {
-        Py_DECREF(b);
-        Py_DECREF(e);
+        Py_XDECREF(b);
+        Py_XDECREF(e);
         return NULL;
     }
     SLOT(env, C.env_journal) = Py_NewRef(spec);
@@ -342,22 +344,11 @@ new_envelope_of(PyObject *spec, PyObject *b, PyObject *e, PyObject *msg)
     return env;
 }
 
-static PyObject *
-new_envelope(PyObject *spec, long long begin, long long end, PyObject *msg)
-{
-    PyObject *b = PyLong_FromLongLong(begin);
-    PyObject *e = b ? PyLong_FromLongLong(end) : NULL;
-    if (e == NULL) {
-        Py_XDECREF(b);
-        return NULL;
-    }
-    return new_envelope_of(spec, b, e, msg);
-}
-
-/* The offset of a frame whose decoding failed: let corrupt() raise or skip.
- * Returns 0 to skip, -1 with an exception set. */
+/* Hand the exception being raised to `handler(exc[, arg])`, which raises
+ * (its exception is then the one set) or returns to let it go. Returns 0
+ * if it was let go, -1 with an exception set. */
 static int
-reader_corrupt(Reader *r, long long offset)
+hand_exception(PyObject *handler, PyObject *arg)
 {
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
@@ -365,13 +356,8 @@ reader_corrupt(Reader *r, long long offset)
     if (tb != NULL) {
         PyException_SetTraceback(value, tb);
     }
-    PyObject *off = PyLong_FromLongLong(offset);
-    PyObject *res = NULL;
-    if (off != NULL) {
-        PyObject *call_args[2] = {value, off};
-        res = PyObject_Vectorcall(r->corrupt, call_args, 2, NULL);
-        Py_DECREF(off);
-    }
+    PyObject *call_args[2] = {value, arg};
+    PyObject *res = PyObject_Vectorcall(handler, call_args, arg ? 2 : 1, NULL);
     Py_XDECREF(type);
     Py_XDECREF(value);
     Py_XDECREF(tb);
@@ -380,6 +366,20 @@ reader_corrupt(Reader *r, long long offset)
     }
     Py_DECREF(res);
     return 0;
+}
+
+/* A frame whose decoding failed: corrupt(exc, offset) raises or skips it.
+ * Returns 0 to skip, -1 with an exception set. */
+static int
+reader_corrupt(Reader *r, long long offset)
+{
+    PyObject *off = PyLong_FromLongLong(offset);
+    if (off == NULL) {
+        return -1;
+    }
+    int rc = hand_exception(r->corrupt, off);
+    Py_DECREF(off);
+    return rc;
 }
 
 /* Ends the iteration: once, call on_end(), keeping any exception being
@@ -424,17 +424,7 @@ frames_ended(Reader *r)
         return;
     }
     if (PyErr_ExceptionMatches(r->truncated_type)) {
-        PyObject *type, *value, *tb;
-        PyErr_Fetch(&type, &value, &tb);
-        PyErr_NormalizeException(&type, &value, &tb);
-        if (tb != NULL) {
-            PyException_SetTraceback(value, tb);
-        }
-        PyObject *res = PyObject_CallOneArg(r->truncated, value);
-        Py_XDECREF(res);
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(tb);
+        hand_exception(r->truncated, NULL);
     }
     else if (PyErr_ExceptionMatches(PyExc_StopIteration)) {
         PyErr_Clear();
@@ -519,7 +509,7 @@ reader_step(Reader *r)
         }
         if (njumps > 0) {
             /* Retention removed what came next: offsets continue further on. */
-            PyObject *res = PyObject_CallFunction(r->rebase, "LL", begin, r->base);
+            PyObject *res = PyObject_CallFunction(r->rebase, "L", begin);
             long long base = res ? PyLong_AsLongLong(res) : -1;
             Py_XDECREF(res);
             if (base == -1 && PyErr_Occurred()) {
@@ -588,16 +578,8 @@ reader_get_last(Reader *r, void *closure)
     return Py_NewRef(r->last ? r->last : Py_None);
 }
 
-static PyObject *
-reader_get_base(Reader *r, void *closure)
-{
-    return PyLong_FromLongLong(r->base);
-}
-
 static PyGetSetDef reader_getset[] = {
     {"last", (getter)reader_get_last, NULL, "the last envelope returned, or None", NULL},
-    {"base", (getter)reader_get_base, NULL, "journal offset of position 0 of the frames",
-     NULL},
     {NULL},
 };
 
@@ -1331,7 +1313,7 @@ PyInit__speedups(void)
     }
     if (PyModule_AddObjectRef(m, "EnvelopeReader", (PyObject *)&ReaderType) < 0
         || PyModule_AddObjectRef(m, "CommittedReader", (PyObject *)&CommittedType) < 0
-        || PyModule_AddIntConstant(m, "VERSION", 3) < 0) {
+        || PyModule_AddIntConstant(m, "VERSION", 4) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -92,11 +92,9 @@ def frame_boundary(client: JournalClient, journal: str, begin: int, end: int, bu
     cut = None
     with client.read(journal, begin, end) as r:
         tracker = _OffsetTracker(r)
-        jumps, base = tracker.jumps, tracker.start
         try:
             for first, stop, _ in read_frames(tracker, chunk_size=min(1 << 20, budget + 1)):
-                while jumps and jumps[0][0] <= first:
-                    _, base = jumps.popleft()  # retention removed what was asked for
+                base = tracker.base_at(first)  # retention may have removed what was asked for
                 if cut is not None and base + stop > limit:
                     return cut
                 cut = base + stop
