@@ -55,18 +55,7 @@ class IntentLog:
             {"journal": i.journal, "intent": base64.b64encode(i.intent).decode()}
             for i in intents
         ]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".intents-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(orjson.dumps(doc))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        _fsync_dir(self.path.parent)
+        write_durably(self.path, orjson.dumps(doc))
 
     def load(self) -> list[AckIntent]:
         """The intents the log holds (none if it is absent)."""
@@ -94,6 +83,24 @@ class IntentLog:
             write_intents(client, intents)
             self.clear()
         return len(intents)
+
+
+def write_durably(path: Path, data: bytes, *, create_dirs: bool = True) -> None:
+    """Replace the file ``path`` with ``data``, whole or not at all, durably:
+    a temporary file, fsync'd, renamed over it, then the directory fsync'd."""
+    if create_dirs:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -37,7 +37,6 @@ import contextlib
 import hashlib
 import logging
 import os
-import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -63,6 +62,7 @@ from message import (
     rendezvous_mapping,
     write_intents,
 )
+from message._transaction import write_durably
 
 from ._content import ContentSpec
 
@@ -219,7 +219,7 @@ def publish_rows(
                 if journal not in rollbacks:
                     rollbacks[journal] = _rollback(store, producer, journal, msg, clock.value)
                     if record is not None:
-                        _write_atomically(record, _encode(rollbacks), create_dirs=False)
+                        write_durably(record, _encode(rollbacks), create_dirs=False)
                 publisher.publish_uncommitted(mapping, msg)
                 rows += 1
         store.flush()  # every message durable before its ACK can be written
@@ -387,7 +387,7 @@ class _SinkState:
             return 0
         intents = [AckIntent(j, base64.b64decode(b)) for j, b in doc["intents"]]
         write_intents(client, intents)
-        _write_atomically(self.done, orjson.dumps({"batch_id": doc["batch_id"]}))
+        write_durably(self.done, orjson.dumps({"batch_id": doc["batch_id"]}))
         self.pending.unlink(missing_ok=True)
         return len(intents)
 
@@ -396,7 +396,7 @@ class _SinkState:
             "batch_id": batch_id,
             "intents": [(i.journal, base64.b64encode(i.intent).decode()) for i in intents],
         }
-        _write_atomically(self.pending, orjson.dumps(doc))
+        write_durably(self.pending, orjson.dumps(doc))
         self.recover(client)
 
 
@@ -438,20 +438,6 @@ def commit_stream_batch(
     return committed
 
 
-def _write_atomically(path: Path, data: bytes, *, create_dirs: bool = True) -> None:
-    if create_dirs:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(str(path.parent))
 
 
 def iter_batches(iterator: Iterator[Any]) -> Iterator[pa.RecordBatch]:
