@@ -480,9 +480,10 @@ def test_backlog_is_written_in_batches_of_max_batch_bytes(
 ) -> None:
     """Queued appends go out in batches of at most MAX_BATCH_BYTES (one
     larger append alone), in order, each future with its own offsets."""
+    import journal._append_queue as queue_module
     import journal._writer as writer_module
 
-    monkeypatch.setattr(writer_module, "MAX_BATCH_BYTES", 10)
+    monkeypatch.setattr(queue_module, "MAX_BATCH_BYTES", 10)
     batches: list[int] = []
     write_batch = writer_module.JournalWriter._write_batch
 

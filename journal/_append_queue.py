@@ -1,0 +1,200 @@
+"""Group commit: the append queue and writer thread every journal client uses.
+
+``submit`` queues the bytes of one append and returns a future. One writer
+thread per journal takes everything queued (up to ``MAX_BATCH_BYTES``) and
+hands the batch to ``_write_batch``, which a client implements: the local
+store writes and fsyncs it under the journal's lock; the Gazette client
+sends it as one Append RPC. Many appends waiting at once thus cost one write,
+and the futures resolve in queue order once ``_write_batch`` says where each
+append landed.
+
+The queue keeps appends in call order, never reorders a batch and never has
+two batches of one journal in flight, so appends land in call order.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_right
+from collections.abc import Callable
+from concurrent.futures import Future
+from itertools import accumulate
+from typing import Final
+
+from ._errors import JournalClosedError
+from ._future import AppendFuture
+from ._spec import AppendResult
+
+#: A batch holds at most this many bytes (unless one append is larger):
+#: beyond a few MiB, larger batches save nothing and delay early futures.
+MAX_BATCH_BYTES: Final = 8 << 20
+#: An idle writer thread exits (releasing its resources) after this many seconds.
+IDLE_EXIT_SECONDS: Final = 5.0
+
+
+class AppendQueue:
+    """The append queue and writer thread of one journal in one client.
+
+    Subclasses implement ``_write_batch`` and, if they hold resources between
+    batches, ``_release_resources``.
+    """
+
+    def __init__(
+        self,
+        journal: str,
+        *,
+        max_batch_bytes: int | None = None,
+        on_commit: Callable[[], None] | None = None,
+    ) -> None:
+        self.journal = journal
+        self._max_batch_bytes = MAX_BATCH_BYTES if max_batch_bytes is None else max_batch_bytes
+        self._on_commit = on_commit
+        # A plain Lock: submit() takes it once per call, and a Condition's
+        # own `with` is far slower. The conditions share it for waiting.
+        self._lock = threading.Lock()
+        self._wakeup = threading.Condition(self._lock)  # The idle writer waits here.
+        self._done = threading.Condition(self._lock)  # flush() waits here.
+        # The queue: appends' bytes and their futures, in two lists kept in
+        # step. (A pair per append would be one more object per queued append
+        # for the cyclic garbage collector to go over, again and again.)
+        self._data: list[bytes] = []
+        self._futures: list[AppendFuture[AppendResult]] = []
+        self._thread: threading.Thread | None = None
+        self._idle = False
+        self._stopping = False
+        self._handed = 0  # Appends handed to the writer thread so far.
+        self._resolved = 0  # Appends resolved so far, in queue order.
+        self._failures: list[tuple[int, BaseException]] = []
+        self._taken = 0  # Appends handed to batches so far (writer thread only).
+
+    # For the client ------------------------------------------------------
+
+    def submit(self, data: bytes) -> Future[AppendResult]:
+        """Queue one append; the future resolves with where it landed."""
+        fut: AppendFuture[AppendResult] = AppendFuture()
+        # acquire/release rather than `with`: half the cost, per append.
+        lock = self._lock
+        lock.acquire()
+        try:
+            if self._stopping:
+                raise JournalClosedError(f"writer of {self.journal!r}")
+            self._data.append(data)
+            self._futures.append(fut)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"journal-writer:{self.journal}", daemon=True
+                )
+                self._thread.start()
+            elif self._idle:
+                self._wakeup.notify()
+        finally:
+            lock.release()
+        return fut
+
+    @property
+    def issued(self) -> int:
+        """Appends queued so far (the seq of the last one)."""
+        with self._lock:
+            return self._handed + len(self._futures)
+
+    def wait(
+        self, seq: int, deadline: float | None, clock: Callable[[], float]
+    ) -> list[BaseException]:
+        """Wait until appends up to ``seq`` are resolved; return (and forget)
+        the failures among them. Raises ``TimeoutError`` past ``deadline``."""
+        with self._lock:
+            while self._resolved < seq:
+                remaining = None if deadline is None else deadline - clock()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(
+                        f"flush of {self.journal!r} timed out with"
+                        f" {seq - self._resolved} append(s) pending"
+                    )
+                self._done.wait(remaining)
+            failed = [e for s, e in self._failures if s <= seq]
+            self._failures = [(s, e) for s, e in self._failures if s > seq]
+        return failed
+
+    def stop(self) -> None:
+        """Finish every queued append, then stop the thread and release resources."""
+        with self._lock:
+            self._stopping = True
+            self._wakeup.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        with self._lock:
+            if self._thread is None:
+                self._release_resources()
+
+    # For subclasses --------------------------------------------------------
+
+    def _write_batch(self, data: list[bytes]) -> tuple[list[AppendResult], BaseException | None]:
+        """Append ``data``'s appends in order: the results of those that
+        landed, and the error that failed the rest (None if none failed)."""
+        raise NotImplementedError
+
+    def _release_resources(self) -> None:
+        """Release what is held between batches (the writer is idle or stopping)."""
+
+    # The writer thread -----------------------------------------------------
+
+    def _run(self) -> None:
+        # Appends taken from the queue, oldest first (their bytes and their
+        # futures); handled in batches of at most max_batch_bytes so that
+        # early futures resolve without waiting for a whole backlog. Taking
+        # the queue whole keeps submit() cheap.
+        data: list[bytes] = []
+        futures: list[AppendFuture[AppendResult]] = []
+        ends: list[int] = []  # ends[i]: the size of data[: i + 1]
+        pos = 0
+        while True:
+            if pos == len(futures):
+                data, futures = [], []  # Keep nothing alive while idle.
+                with self._lock:
+                    while not self._futures:
+                        if self._stopping:
+                            self._release_resources()
+                            self._thread = None
+                            return
+                        self._idle = True
+                        notified = self._wakeup.wait(IDLE_EXIT_SECONDS)
+                        self._idle = False
+                        if not notified and not self._futures and not self._stopping:
+                            self._release_resources()
+                            self._thread = None
+                            return
+                    data, self._data = self._data, []
+                    futures, self._futures = self._futures, []
+                    self._handed += len(futures)
+                pos = 0
+                ends = list(accumulate(map(len, data)))
+            # As many appends as fit in max_batch_bytes, and at least one.
+            base = ends[pos - 1] if pos else 0
+            end = max(bisect_right(ends, base + self._max_batch_bytes, pos), pos + 1)
+            if pos == 0 and end == len(futures):
+                self._process(data, futures)
+            else:
+                self._process(data[pos:end], futures[pos:end])
+            pos = end
+
+    def _process(self, data: list[bytes], futures: list[AppendFuture[AppendResult]]) -> None:
+        count, first_seq = len(futures), self._taken + 1
+        self._taken += count
+        # An append cancelled before its batch started is not written.
+        live = AppendFuture.start_all(futures)
+        if live is not None:
+            data = [data[i] for i in live]
+            futures = [futures[i] for i in live]
+        results, error = self._write_batch(data) if futures else ([], None)
+        if results and self._on_commit is not None:
+            self._on_commit()  # Wake following readers first: the bytes are committed.
+        AppendFuture.resolve_all(futures, results, error)
+        failures: list[tuple[int, BaseException]] = []
+        if error is not None:
+            failed = range(len(results), len(futures))
+            failures = [(first_seq + (i if live is None else live[i]), error) for i in failed]
+        with self._lock:
+            self._resolved += count
+            self._failures.extend(failures)
+            self._done.notify_all()
