@@ -6,9 +6,11 @@ grows: appends are atomic, contiguous, ordered, and durable once their future
 resolves. Readers read from any offset, up to an end offset or following new
 appends (``block=True``).
 
-Two implementations of the ``JournalStore`` protocol ship here:
+Three implementations of the ``JournalStore`` protocol ship here:
 ``LocalJournalStore`` (files on disk, shared by threads and processes; see
-docs/journal-store.md) and ``MemoryJournalClient`` (for tests).
+docs/journal-store.md), ``GazetteClient`` (journals on a Gazette broker
+cluster, past one machine; see docs/gazette.md) and ``MemoryJournalClient``
+(for tests).
 ``journal.testing`` holds the conformance checks every implementation passes.
 
 >>> import tempfile
@@ -22,6 +24,8 @@ AppendResult(journal='events/part-000', begin=0, end=9) b'{"n": 1}\n'
 """
 
 from ._errors import AppendTooLargeError as AppendTooLargeError
+from ._errors import BrokerError as BrokerError
+from ._errors import BrokerUnavailableError as BrokerUnavailableError
 from ._errors import CorruptJournalError as CorruptJournalError
 from ._errors import InvalidJournalNameError as InvalidJournalNameError
 from ._errors import InvalidLabelError as InvalidLabelError
@@ -32,6 +36,8 @@ from ._errors import JournalNotFoundError as JournalNotFoundError
 from ._errors import LabelSelectorError as LabelSelectorError
 from ._errors import OffsetNotYetAvailableError as OffsetNotYetAvailableError
 from ._fragment import Fragment as Fragment
+from ._gazette.client import GazetteClient as GazetteClient
+from ._gazette.reader import GazetteReader as GazetteReader
 from ._interfaces import JournalClient as JournalClient
 from ._interfaces import JournalReader as JournalReader
 from ._interfaces import JournalStore as JournalStore
@@ -70,6 +76,8 @@ __all__ = [
     "DEFAULT_MAX_APPEND_SIZE",
     "MemoryJournalClient",
     "MemoryJournalReader",
+    "GazetteClient",
+    "GazetteReader",
     # Errors
     "JournalError",
     "JournalNotFoundError",
@@ -81,4 +89,6 @@ __all__ = [
     "OffsetNotYetAvailableError",
     "CorruptJournalError",
     "JournalClosedError",
+    "BrokerError",
+    "BrokerUnavailableError",
 ]

@@ -15,13 +15,14 @@ two batches of one journal in flight, so appends land in call order.
 from __future__ import annotations
 
 import threading
+import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from itertools import accumulate
 from typing import Final
 
-from ._errors import JournalClosedError
+from ._errors import JournalClosedError, JournalError
 from ._future import AppendFuture
 from ._spec import AppendResult
 
@@ -198,3 +199,16 @@ class AppendQueue:
             self._resolved += count
             self._failures.extend(failures)
             self._done.notify_all()
+
+
+def flush_queues(queues: Iterable[AppendQueue], timeout: float | None) -> None:
+    """Wait until every append issued so far to ``queues`` is resolved.
+    Raises ``TimeoutError`` after ``timeout`` seconds, and ``JournalError``
+    (chained to the first failure) if any of those appends failed."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    targets = [(q, q.issued) for q in queues]
+    failures: list[BaseException] = []
+    for q, seq in targets:
+        failures.extend(q.wait(seq, deadline, time.monotonic))
+    if failures:
+        raise JournalError(f"{len(failures)} append(s) failed: {failures[0]}") from failures[0]

@@ -16,7 +16,10 @@ callers may catch at any level of this tree::
      ├── CorruptJournalError        a journal directory holds a file that does
      │                              not belong or does not match its name
      │                              (.journal, .path)
-     └── JournalClosedError         the client was closed                       RuntimeError
+     ├── JournalClosedError         the client was closed                       RuntimeError
+     └── BrokerError                a Gazette broker refused or failed a request
+          │                         (.status, .journal, .address)
+          └── BrokerUnavailableError  no broker answered in time (.address)
 
 Errors caused by bad input also derive from ``ValueError`` so that generic
 input validation code catches them too. I/O failures inside a writer are
@@ -117,3 +120,26 @@ class JournalClosedError(JournalError, RuntimeError):
 
     def __init__(self, what: str = "journal client") -> None:
         super().__init__(f"{what} is closed")
+
+
+class BrokerError(JournalError):
+    """A Gazette broker refused or failed a request.
+
+    ``status`` is Gazette's status name (``"NOT_ALLOWED"``, ...) or, for a
+    failed RPC, the gRPC code name (``"UNAVAILABLE"``); ``journal`` is the
+    journal concerned (None for cluster-wide requests); ``address`` is the
+    broker the client last tried.
+    """
+
+    def __init__(
+        self, message: str, *, status: str, journal: str | None = None, address: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.journal = journal
+        self.address = address
+
+
+class BrokerUnavailableError(BrokerError):
+    """No Gazette broker answered within the client's time bound: the
+    cluster is unreachable, down, or not a Gazette cluster."""

@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Final, Self, final
 
+from ._append_queue import flush_queues
 from ._errors import (
     AppendTooLargeError,
     InvalidJournalNameError,
@@ -430,15 +431,9 @@ class LocalJournalStore:
         """Wait until every append issued so far is resolved. Raises
         ``TimeoutError`` after ``timeout`` seconds, and ``JournalError``
         (chained to the first failure) if any of those appends failed."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             writers = builtins.list(self._writers.values())
-        targets = [(w, w.issued) for w in writers]
-        failures: builtins.list[BaseException] = []
-        for w, seq in targets:
-            failures.extend(w.wait(seq, deadline, time.monotonic))
-        if failures:
-            raise JournalError(f"{len(failures)} append(s) failed: {failures[0]}") from failures[0]
+        flush_queues(writers, timeout)
 
     def close(self) -> None:
         """Finish pending appends (their futures report any failure), stop the

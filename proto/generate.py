@@ -12,20 +12,39 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+#: Where each .proto's generated modules live, relative to the repository:
+#: inside the package that uses them.
+DESTINATIONS = {
+    "broker.proto": "journal/_gazette",
+    "checkpoint.proto": "proto",
+    "examples.proto": "proto",
+}
 
 
-def generate(out_dir: Path) -> list[Path]:
-    """Compile every .proto of this folder into ``out_dir``; return the files."""
-    from grpc_tools import protoc  # the test extra; not a runtime dependency
+def generate(out_root: Path) -> list[Path]:
+    """Compile every .proto of this folder into its destination under
+    ``out_root`` (the repository, or a scratch copy of its layout); return
+    the files written, relative to ``out_root``."""
+    import grpc_tools  # the test extra; not a runtime dependency
+    from grpc_tools import protoc
 
-    sources = sorted(HERE.glob("*.proto"))
-    args = [
-        "protoc", f"-I{HERE}", f"--python_out={out_dir}", f"--pyi_out={out_dir}",
-        *map(str, sources),
-    ]
-    if protoc.main(args) != 0:
-        raise RuntimeError("protoc failed: " + " ".join(args))
-    return [out_dir / (p.stem + suffix) for p in sources for suffix in ("_pb2.py", "_pb2.pyi")]
+    # The well-known types (google/protobuf/duration.proto) ship with grpc_tools.
+    well_known = Path(grpc_tools.__file__).parent / "_proto"
+    written = []
+    for source in sorted(HERE.glob("*.proto")):
+        dest = DESTINATIONS[source.name]
+        out_dir = out_root / dest
+        out_dir.mkdir(parents=True, exist_ok=True)
+        args = [
+            "protoc", f"-I{HERE}", f"-I{well_known}",
+            f"--python_out={out_dir}", f"--pyi_out={out_dir}", str(source),
+        ]
+        if protoc.main(args) != 0:
+            raise RuntimeError("protoc failed: " + " ".join(args))
+        written += [Path(dest) / (source.stem + suffix) for suffix in ("_pb2.py", "_pb2.pyi")]
+    return written
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,17 +52,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="compare, do not write")
     args = parser.parse_args(argv)
     if not args.check:
-        for path in generate(HERE):
-            print(f"wrote {path.relative_to(HERE.parent)}")
+        for path in generate(ROOT):
+            print(f"wrote {path}")
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         stale = [
-            p.name
-            for p in generate(Path(tmp))
-            if not (HERE / p.name).exists() or (HERE / p.name).read_bytes() != p.read_bytes()
+            path
+            for path in generate(Path(tmp))
+            if not (ROOT / path).exists()
+            or (ROOT / path).read_bytes() != (Path(tmp) / path).read_bytes()
         ]
-    for name in stale:
-        print(f"stale: proto/{name}", file=sys.stderr)
+    for path in stale:
+        print(f"stale: {path}", file=sys.stderr)
     return 1 if stale else 0
 
 

@@ -1,0 +1,405 @@
+"""The brokers of a cluster, as one client sees them: gRPC channels by
+endpoint, the routes of journals, and the retry policy.
+
+Gazette clients route each RPC themselves: an append goes to the primary
+broker of its journal, a read to any broker of its route. Brokers proxy a
+misrouted request (unless told not to), and every response header carries
+the journal's current route, which the client remembers for the next call.
+A broker that stops answering is skipped: the next attempt goes to another
+broker this client has heard of, so that losing the broker named by the
+client's own address costs nothing once any other broker is known.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Final, TypeVar
+from urllib.parse import urlsplit
+
+import grpc
+
+from .._errors import BrokerError, BrokerUnavailableError, JournalError, JournalNotFoundError
+from . import broker_pb2 as pb
+
+LOG: Final = logging.getLogger("journal")
+
+#: Content of one AppendRequest / the largest message this client accepts.
+#: Brokers refuse messages over 4 MiB by default (--broker.max-grpc-recv-size).
+MAX_CHUNK: Final = 1 << 20
+_MAX_RECEIVE: Final = 64 << 20
+
+# gRPC codes after which a request is tried again (on another broker where
+# there is one): the broker is down, restarting, overloaded or shutting down.
+TRANSIENT: Final = frozenset(
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.ABORTED,
+        grpc.StatusCode.CANCELLED,
+    }
+)
+# Gazette statuses after which a request is tried again: the journal's
+# assignment is moving between brokers.
+ROUTING_STATUSES: Final = frozenset(
+    {
+        pb.NOT_JOURNAL_PRIMARY_BROKER,
+        pb.NO_JOURNAL_PRIMARY_BROKER,
+        pb.NOT_JOURNAL_BROKER,
+        pb.INSUFFICIENT_JOURNAL_BROKERS,
+    }
+)
+
+_EXPLAIN: Final[dict[int, str]] = {
+    pb.NOT_ALLOWED: "the journal's flags do not allow this operation",
+    pb.WRONG_APPEND_OFFSET: "the append offset is not the journal's write head",
+    pb.INDEX_HAS_GREATER_OFFSET: (
+        "the journal's fragment store holds content past its replicas' offset"
+        " (fragments of an earlier journal of the same name, or replication"
+        " consistency lost to broker or etcd failures); `gazctl journals"
+        " reset-head` resumes appends after them"
+    ),
+    pb.REGISTER_MISMATCH: "the journal's registers do not match",
+    pb.SUSPENDED: "the journal is suspended",
+    pb.FRAGMENT_STORE_UNHEALTHY: "the journal's fragment store is unhealthy",
+    pb.INSUFFICIENT_JOURNAL_BROKERS: (
+        "too few brokers are assigned to the journal for its replication"
+        " (a cluster smaller than the journal's replication?)"
+    ),
+    pb.NO_JOURNAL_PRIMARY_BROKER: "the journal has no primary broker",
+    pb.NOT_JOURNAL_PRIMARY_BROKER: "the broker is not the journal's primary",
+    pb.NOT_JOURNAL_BROKER: "the broker does not serve the journal",
+    pb.ETCD_TRANSACTION_FAILED: "the journal changed meanwhile (etcd transaction failed)",
+}
+
+T = TypeVar("T")
+
+
+def status_name(status: int) -> str:
+    return str(pb.Status.Name(status))
+
+
+def status_error(
+    status: int, journal: str | None, address: str, extra: str = ""
+) -> JournalError:
+    """The exception for a response's non-OK Gazette status."""
+    if status == pb.JOURNAL_NOT_FOUND and journal is not None:
+        return JournalNotFoundError(journal)
+    name = status_name(status)
+    what = _EXPLAIN.get(status, "the broker refused the request")
+    subject = f"journal {journal!r}" if journal is not None else "request"
+    detail = f": {extra}" if extra else ""
+    return BrokerError(
+        f"{subject}: {name} from {address}: {what}{detail}",
+        status=name, journal=journal, address=address,
+    )
+
+
+def backoff(attempt: int) -> float:
+    """Seconds to wait before attempt ``attempt + 1`` (Gazette's schedule,
+    capped at one second so that a failover is noticed quickly)."""
+    if attempt < 0:
+        return 0.0
+    return (0.05, 0.05, 0.1, 0.1, 0.25, 0.5)[attempt] if attempt < 6 else 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A journal's brokers: their endpoints, and which one is primary (-1: none)."""
+
+    endpoints: tuple[str, ...]
+    primary: int
+
+    @classmethod
+    def of(cls, msg: pb.Route) -> Route:
+        return cls(tuple(msg.endpoints), msg.primary)
+
+    @property
+    def primary_endpoint(self) -> str | None:
+        if 0 <= self.primary < len(self.endpoints):
+            return self.endpoints[self.primary]
+        return None
+
+
+def _target(endpoint: str) -> str:
+    """The gRPC target of a Gazette endpoint URL (``http://host:port``)."""
+    parts = urlsplit(endpoint)
+    if parts.scheme == "unix":
+        return endpoint
+    if parts.scheme == "https":
+        raise ValueError(f"{endpoint}: TLS brokers are not supported by this client")
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(
+            f"not a broker address: {endpoint!r} (expected http://host:port, as BROKER_ADDRESS)"
+        )
+    return f"{parts.hostname}:{parts.port or 80}"
+
+
+def check_address(address: str) -> str:
+    """Validate a broker URL; return it without a trailing slash."""
+    address = address.rstrip("/")
+    _target(address)
+    return address
+
+
+class Stub:
+    """The Journal service's RPCs on one channel."""
+
+    __slots__ = ("append", "apply", "channel", "fragments", "list", "read", "store_health")
+
+    def __init__(self, channel: grpc.Channel) -> None:
+        self.channel = channel
+        self.list = channel.unary_stream(
+            "/protocol.Journal/List",
+            request_serializer=pb.ListRequest.SerializeToString,
+            response_deserializer=pb.ListResponse.FromString,
+        )
+        self.apply = channel.unary_unary(
+            "/protocol.Journal/Apply",
+            request_serializer=pb.ApplyRequest.SerializeToString,
+            response_deserializer=pb.ApplyResponse.FromString,
+        )
+        self.read = channel.unary_stream(
+            "/protocol.Journal/Read",
+            request_serializer=pb.ReadRequest.SerializeToString,
+            response_deserializer=pb.ReadResponse.FromString,
+        )
+        self.append = channel.stream_unary(
+            "/protocol.Journal/Append",
+            request_serializer=pb.AppendRequest.SerializeToString,
+            response_deserializer=pb.AppendResponse.FromString,
+        )
+        self.fragments = channel.unary_unary(
+            "/protocol.Journal/ListFragments",
+            request_serializer=pb.FragmentsRequest.SerializeToString,
+            response_deserializer=pb.FragmentsResponse.FromString,
+        )
+        self.store_health = channel.unary_unary(
+            "/protocol.Journal/FragmentStoreHealth",
+            request_serializer=pb.FragmentStoreHealthRequest.SerializeToString,
+            response_deserializer=pb.FragmentStoreHealthResponse.FromString,
+        )
+
+
+class Brokers:
+    """Channels, routes and retries of one client (thread-safe)."""
+
+    def __init__(self, address: str, *, retry_timeout: float | None, rpc_timeout: float) -> None:
+        self.address = check_address(address)
+        self.retry_timeout = retry_timeout
+        self.rpc_timeout = rpc_timeout
+        self._lock = threading.Lock()
+        self._stubs: dict[str, Stub] = {}
+        self._routes: dict[str, Route] = {}
+        # Every endpoint heard of, the client's address first; those that
+        # failed last are tried last.
+        self._known: dict[str, None] = {self.address: None}
+        self._down: dict[str, float] = {}
+        self._closed = False
+
+    # Channels ----------------------------------------------------------------
+
+    def stub(self, endpoint: str) -> Stub:
+        with self._lock:
+            stub = self._stubs.get(endpoint)
+            if stub is None:
+                if self._closed:
+                    raise grpc.RpcError("client closed")
+                channel = grpc.insecure_channel(
+                    _target(endpoint),
+                    options=[
+                        ("grpc.max_receive_message_length", _MAX_RECEIVE),
+                        ("grpc.max_send_message_length", _MAX_RECEIVE),
+                        # Reconnect to a restarted broker quickly (gRPC's
+                        # default backoff grows to two minutes).
+                        ("grpc.initial_reconnect_backoff_ms", 100),
+                        ("grpc.min_reconnect_backoff_ms", 100),
+                        ("grpc.max_reconnect_backoff_ms", 1000),
+                        ("grpc.enable_retries", 0),
+                    ],
+                )
+                stub = self._stubs[endpoint] = Stub(channel)
+            return stub
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            stubs, self._stubs = list(self._stubs.values()), {}
+        for stub in stubs:
+            stub.channel.close()
+
+    # Routes ------------------------------------------------------------------
+
+    def learn(self, journal: str, route: pb.Route) -> None:
+        """Remember ``journal``'s route from a response (ignoring empty ones)."""
+        if not route.endpoints:
+            return
+        r = Route.of(route)
+        with self._lock:
+            self._routes[journal] = r
+            for endpoint in r.endpoints:
+                self._known.setdefault(endpoint, None)
+
+    def forget(self, journal: str) -> None:
+        with self._lock:
+            self._routes.pop(journal, None)
+
+    def mark_down(self, endpoint: str) -> None:
+        """``endpoint`` failed: try others first for a while."""
+        with self._lock:
+            self._down[endpoint] = time.monotonic()
+
+    def mark_up(self, endpoint: str) -> None:
+        if endpoint in self._down:
+            with self._lock:
+                self._down.pop(endpoint, None)
+
+    def pick(
+        self, journal: str | None, *, primary: bool, avoid: frozenset[str] = frozenset()
+    ) -> str:
+        """The endpoint to send a request about ``journal`` to: its primary
+        if known and up; unless ``primary`` is required, then another broker
+        of its route; else the known endpoint that failed longest ago.
+        Endpoints in ``avoid`` are taken last.
+
+        Reads go to the primary first too: after a broker failed, a broker
+        newly added to a route indexes the journal's older content only once
+        it is persisted and listed, while the primary has it all."""
+        with self._lock:
+            route = self._routes.get(journal) if journal is not None else None
+            down = self._down
+            candidates: list[str] = []
+            if route is not None:
+                p = route.primary_endpoint
+                if p is not None:
+                    candidates.append(p)
+                if not primary:
+                    candidates += [e for e in route.endpoints if e != p]
+            for endpoint in candidates:
+                if endpoint not in down and endpoint not in avoid:
+                    return endpoint
+            known = list(self._known)
+            for endpoint in known:
+                if endpoint not in down and endpoint not in avoid:
+                    return endpoint
+            return min(known, key=lambda e: (e in avoid, down.get(e, 0.0)))
+
+    def endpoints(self) -> list[str]:
+        with self._lock:
+            return list(self._known)
+
+    # Retries -----------------------------------------------------------------
+
+    def call(
+        self,
+        what: str,
+        journal: str | None,
+        attempt_fn: Callable[[Stub, str], T | None],
+        *,
+        primary: bool = False,
+        deadline: float | None = None,
+    ) -> T:
+        """Run ``attempt_fn(stub, endpoint)`` until it returns a value.
+
+        It returns None to ask for another attempt (after a backoff), and
+        raises to give up. A transient gRPC error marks the endpoint down
+        and tries again. Past the retry deadline the last problem is raised
+        as ``BrokerUnavailableError``, naming the address."""
+        if deadline is None and self.retry_timeout is not None:
+            deadline = time.monotonic() + self.retry_timeout
+        attempt = 0
+        last = "no answer"
+        endpoint = self.address
+        while True:
+            endpoint = self.pick(journal, primary=primary)
+            try:
+                result = attempt_fn(self.stub(endpoint), endpoint)
+            except grpc.RpcError as err:
+                code = err.code() if isinstance(err, grpc.Call) else None
+                if code not in TRANSIENT and code is not None:
+                    raise rpc_error(err, what, journal, endpoint) from None
+                if self._closed:
+                    raise BrokerError(
+                        f"{what}: the client is closed", status="CANCELLED",
+                        journal=journal, address=endpoint,
+                    ) from None
+                last = describe(err)
+                self.mark_down(endpoint)
+                if journal is not None:
+                    self.forget(journal)
+                result = None
+            else:
+                self.mark_up(endpoint)
+                if result is not None:
+                    return result
+                last = "the journal's brokers are changing"
+            if deadline is not None and time.monotonic() >= deadline:
+                raise BrokerUnavailableError(
+                    f"{what}: no Gazette broker answered at {self.address}"
+                    f" (last tried {endpoint}: {last})",
+                    status="UNAVAILABLE", journal=journal, address=endpoint,
+                )
+            time.sleep(backoff(attempt))
+            attempt += 1
+
+    def list_stream(self, request: pb.ListRequest, journal: str | None) -> list[pb.ListResponse]:
+        """A List RPC's whole answer (retried)."""
+
+        def attempt(stub: Stub, endpoint: str) -> list[pb.ListResponse]:
+            out = list(stub.list(request, timeout=self.rpc_timeout))
+            for resp in out:
+                if resp.status != pb.OK:
+                    raise status_error(resp.status, None, endpoint)
+                for j in resp.journals:
+                    self.learn(j.spec.name, j.route)
+            return out
+
+        return self.call("list journals", journal, attempt)
+
+
+def describe(err: grpc.RpcError) -> str:
+    if isinstance(err, grpc.Call):
+        details = err.details() or ""
+        return f"{err.code().name}: {details}".rstrip(": ")
+    return str(err)
+
+
+def rpc_error(err: grpc.RpcError, what: str, journal: str | None, address: str) -> BrokerError:
+    """A failed RPC as a ``BrokerError`` (``BrokerUnavailableError`` for a
+    peer that is not a Gazette broker)."""
+    code = err.code() if isinstance(err, grpc.Call) else None
+    name = code.name if code is not None else "UNKNOWN"
+    text = describe(err)
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return BrokerUnavailableError(
+            f"{what}: {address} is not a Gazette broker ({text})",
+            status=name, journal=journal, address=address,
+        )
+    return BrokerError(f"{what}: {address}: {text}", status=name, journal=journal, address=address)
+
+
+def chunks(data: list[bytes], limit: int = MAX_CHUNK) -> Iterator[bytes]:
+    """The bytes of ``data`` joined into pieces of about ``limit`` bytes
+    (an item is never split unless it alone is larger), one copy each."""
+    group: list[bytes] = []
+    size = 0
+    for item in data:
+        if len(item) > limit:
+            if group:
+                yield b"".join(group)
+                group, size = [], 0
+            view = memoryview(item)
+            for i in range(0, len(item), limit):
+                yield bytes(view[i : i + limit])
+            continue
+        if size + len(item) > limit and group:
+            yield b"".join(group)
+            group, size = [], 0
+        group.append(item)
+        size += len(item)
+    if group:
+        yield b"".join(group)

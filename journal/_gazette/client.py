@@ -1,0 +1,639 @@
+"""``GazetteClient``: a ``JournalStore`` whose journals live on a Gazette
+broker cluster (brokers + etcd), spoken to with Gazette's broker gRPC
+protocol (service ``protocol.Journal``).
+
+Everything above the ``JournalClient`` protocol (publishers, transactions,
+read iterators, checkpoints, the command line, the Spark source) works on
+it unchanged. docs/gazette.md tells the whole story; in short:
+
+- ``create`` applies a JournalSpec with this client's defaults for what
+  labels do not say (replication, fragment length, compression, fragment
+  stores, flush interval), then waits until brokers are assigned to it;
+- ``append`` queues the bytes; one thread per journal sends what is queued
+  as one Append RPC to the journal's primary broker, so many appends are in
+  flight at once and each future resolves with the broker's committed
+  offsets once every replica has the bytes;
+- ``read`` streams a Read RPC, and reads persisted fragments straight from
+  a ``file://`` fragment store when ``file_root`` says where it is mounted;
+- transient failures (a broker down, a journal moving between brokers) are
+  retried with backoff for ``retry_timeout`` seconds, then raised as
+  ``BrokerUnavailableError`` naming the address.
+"""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import contextlib
+import logging
+import os
+import re
+import threading
+import time
+import weakref
+from concurrent.futures import Future
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Final, Self, cast, final
+
+from .._append_queue import flush_queues
+from .._errors import (
+    AppendTooLargeError,
+    BrokerError,
+    InvalidJournalNameError,
+    JournalClosedError,
+    JournalExistsError,
+    JournalNotFoundError,
+    OffsetNotYetAvailableError,
+)
+from .._fragment import Fragment
+from .._labels import LabelSelector, LabelSet, LabelsInit, parse_label_selector
+from .._spec import AppendResult, JournalSpec
+from .._util import age_seconds
+from . import broker_pb2 as pb
+from . import wire
+from .appender import GazetteAppender
+from .brokers import ROUTING_STATUSES, Brokers, Route, Stub, status_error
+from .reader import GazetteReader
+
+#: Where a client connects when given no address and no ``BROKER_ADDRESS``.
+DEFAULT_BROKER_ADDRESS: Final = "http://localhost:8080"
+#: Default bound on one append, as for the other clients.
+DEFAULT_MAX_APPEND_SIZE: Final = 16 << 20
+#: The fragment store ``create`` uses where the cluster has one.
+FILE_STORE: Final = "file:///"
+# How long create() waits for brokers to take up a new journal: for a
+# primary, and for as many brokers as its replication asks for.
+_ASSIGN_TIMEOUT: Final = 30.0
+_FULL_ASSIGN_TIMEOUT: Final = 5.0
+LOG: Final = logging.getLogger("journal")
+
+_CLIENTS: weakref.WeakSet[GazetteClient] = weakref.WeakSet()
+
+
+@final
+class GazetteClient:
+    """Journals on a Gazette broker cluster.
+
+    ``address`` is a broker URL such as ``"http://127.0.0.1:8080"``; None
+    takes ``BROKER_ADDRESS`` from the environment, as Gazette's own tools
+    do, else ``http://localhost:8080``. Any broker of the cluster will do:
+    requests are routed to the brokers of each journal.
+
+    Defaults for the journals ``create`` makes (each also a keyword of
+    ``create``): ``replication`` (brokers holding each journal; a cluster
+    needs at least that many brokers), ``fragment_length`` (bytes after
+    which a fragment is closed and persisted), ``compression`` (``"none"``,
+    ``"gzip"``, ``"zstandard"`` or ``"snappy"``), ``fragment_stores`` (URLs
+    where fragments persist; None: ``file:///`` if the cluster has a file
+    store, else none), ``flush_interval`` (persist at least this often;
+    None: only when full), ``refresh_interval`` (how often brokers list the
+    stores), ``retention`` (recorded in the spec for ``gazctl journals
+    prune``).
+
+    ``file_root``: the local directory where the cluster's ``file://``
+    fragment store is mounted (the brokers' ``--broker.file-root``); reads
+    then open persisted fragments directly instead of through a broker.
+    ``retry_timeout``: seconds to keep retrying a request that fails for
+    transient reasons (None: forever). ``rpc_timeout``: seconds one RPC may
+    take. ``max_append_size``: larger appends raise ``AppendTooLargeError``.
+    """
+
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        replication: int = 3,
+        fragment_length: int = 16 << 20,
+        compression: str = "none",
+        fragment_stores: tuple[str, ...] | list[str] | None = None,
+        flush_interval: float | timedelta | None = None,
+        refresh_interval: float | timedelta = 30.0,
+        retention: float | timedelta | None = None,
+        file_root: str | os.PathLike[str] | None = None,
+        max_append_size: int = DEFAULT_MAX_APPEND_SIZE,
+        retry_timeout: float | None = 60.0,
+        rpc_timeout: float = 30.0,
+    ) -> None:
+        address = address or os.environ.get("BROKER_ADDRESS") or DEFAULT_BROKER_ADDRESS
+        if max_append_size < 1:
+            raise ValueError(f"max_append_size must be positive ({max_append_size})")
+        if retry_timeout is not None and retry_timeout < 0:
+            raise ValueError(f"retry_timeout must be >= 0 ({retry_timeout})")
+        if rpc_timeout <= 0:
+            raise ValueError(f"rpc_timeout must be positive ({rpc_timeout})")
+        self._stores_given = fragment_stores is not None
+        refresh = wire.to_timedelta(refresh_interval)
+        assert refresh is not None
+        self._defaults = wire.SpecDefaults(
+            replication=replication,
+            fragment_length=fragment_length,
+            compression=compression,
+            stores=tuple(fragment_stores or ()),
+            flush_interval=wire.to_timedelta(flush_interval),
+            refresh_interval=refresh,
+            retention=wire.to_timedelta(retention),
+        )
+        self._defaults.check()
+        self._brokers = Brokers(address, retry_timeout=retry_timeout, rpc_timeout=rpc_timeout)
+        self.address: Final = self._brokers.address
+        self.file_root: Final = os.path.abspath(os.fspath(file_root)) if file_root else None
+        self.max_append_size: Final = max_append_size
+        self._lock = threading.Lock()
+        self._appenders: dict[str, GazetteAppender] = {}
+        self._known: set[str] = set()  # Journals seen to exist.
+        self._readers: weakref.WeakSet[GazetteReader] = weakref.WeakSet()
+        self._file_store: bool | None = None  # Does the cluster have a file store?
+        self._closed = False
+        _CLIENTS.add(self)
+
+    def __repr__(self) -> str:
+        return f"GazetteClient({self.address!r})"
+
+    # Administration ----------------------------------------------------------
+
+    def create(
+        self,
+        name: str,
+        labels: LabelSet | LabelsInit | None = None,
+        *,
+        replication: int | None = None,
+        fragment_length: int | None = None,
+        compression: str | None = None,
+        fragment_stores: tuple[str, ...] | list[str] | None = None,
+        flush_interval: float | timedelta | None = None,
+        retention: float | timedelta | None = None,
+    ) -> JournalSpec:
+        """Apply a JournalSpec for ``name`` with ``labels``; return its spec.
+
+        Idempotent for identical labels (other settings of an existing
+        journal are left as they are); ``JournalExistsError`` if it exists
+        with other labels. Returns once brokers are assigned to the journal,
+        so that appends and reads may follow at once."""
+        spec = JournalSpec(name, labels)
+        spec.validate()
+        if len(name.encode()) < wire.MIN_JOURNAL_NAME_LEN:
+            raise InvalidJournalNameError(
+                name, f"Gazette needs at least {wire.MIN_JOURNAL_NAME_LEN} bytes"
+            )
+        self._check_open()
+        d = self._defaults
+        settings = wire.SpecDefaults(
+            replication=d.replication if replication is None else replication,
+            fragment_length=d.fragment_length if fragment_length is None else fragment_length,
+            compression=d.compression if compression is None else compression,
+            stores=(
+                tuple(fragment_stores) if fragment_stores is not None else self._default_stores()
+            ),
+            flush_interval=(
+                d.flush_interval if flush_interval is None else wire.to_timedelta(flush_interval)
+            ),
+            refresh_interval=d.refresh_interval,
+            retention=d.retention if retention is None else wire.to_timedelta(retention),
+        )
+        settings.check()
+        while True:
+            existing = self._lookup(name)
+            if existing is not None:
+                current = wire.journal_spec(existing.spec)
+                if current.labels != spec.labels:
+                    raise JournalExistsError(name, current.labels.to_dict())
+                self._await_assignment(name, existing)
+                return current
+            change = pb.ApplyRequest.Change(
+                expect_mod_revision=0, upsert=settings.spec(name, spec.labels)
+            )
+            status = self._apply(change, name)
+            if status == pb.OK:
+                break
+            if status != pb.ETCD_TRANSACTION_FAILED:
+                raise status_error(status, name, self.address)
+            # Created by someone else meanwhile: compare with theirs.
+        with self._lock:
+            self._known.add(name)
+        self._await_assignment(name, None)
+        return spec
+
+    def delete(self, name: str) -> None:
+        """Remove the journal; ``JournalNotFoundError`` if absent.
+
+        Appends still queued for it fail with ``JournalNotFoundError``. The
+        brokers forget the journal's spec; its fragments already persisted
+        to a fragment store stay there unless this client has ``file_root``,
+        in which case it removes them from the ``file://`` store too (as
+        ``gazctl journals prune`` would). Fragments left in a store are found
+        again by a journal created under the same name."""
+        while True:
+            existing = self._lookup(name)
+            if existing is None:
+                raise JournalNotFoundError(name)
+            change = pb.ApplyRequest.Change(
+                expect_mod_revision=existing.mod_revision, delete=name
+            )
+            status = self._apply(change, name)
+            if status == pb.OK:
+                break
+            if status != pb.ETCD_TRANSACTION_FAILED:
+                raise status_error(status, name, self.address)
+        with self._lock:
+            self._known.discard(name)
+            appender = self._appenders.pop(name, None)
+        self._brokers.forget(name)
+        if appender is not None:
+            appender.stop()
+        if self.file_root is not None:
+            self._remove_persisted(name)
+
+    def get(self, name: str) -> JournalSpec:
+        """The journal's spec; ``JournalNotFoundError`` if absent."""
+        found = self._lookup(name)
+        if found is None:
+            raise JournalNotFoundError(name)
+        return wire.journal_spec(found.spec)
+
+    def list(self, selector: str | LabelSelector = "") -> builtins.list[JournalSpec]:
+        """Specs of the journals matching ``selector``, sorted by name."""
+        sel = parse_label_selector(selector)
+        self._check_open()
+        responses = self._brokers.list_stream(pb.ListRequest(selector=wire.selector(sel)), None)
+        specs = [wire.journal_spec(j.spec) for r in responses for j in r.journals]
+        with self._lock:
+            self._known.update(s.name for s in specs)
+        # The cluster applied the selector; matching again here keeps the
+        # semantics identical to the other clients' to the letter.
+        return sorted((s for s in specs if sel.matches(s)), key=lambda s: s.name)
+
+    def route(self, name: str) -> Route:
+        """The journal's brokers as the cluster routes it now: their endpoint
+        URLs, and which one is primary (``primary_endpoint``)."""
+        found = self._lookup(name)
+        if found is None:
+            raise JournalNotFoundError(name)
+        return Route.of(found.route)
+
+    def head(self, name: str) -> int:
+        """The journal's write head: the offset of the next append."""
+        self._check_open()
+        request = pb.ReadRequest(journal=name, offset=-1, block=False, metadata_only=True)
+
+        def attempt(stub: Stub, endpoint: str) -> int | None:
+            for resp in stub.read(request, timeout=self._brokers.rpc_timeout):
+                if resp.HasField("header"):
+                    self._brokers.learn(name, resp.header.route)
+                if resp.status in (pb.OK, pb.OFFSET_NOT_YET_AVAILABLE):
+                    return int(resp.write_head)
+                if resp.status in ROUTING_STATUSES:
+                    return None
+                raise status_error(resp.status, name, endpoint)
+            return None
+
+        return self._brokers.call(f"head of {name!r}", name, attempt)
+
+    def fragments(self, name: str) -> builtins.list[Fragment]:
+        """The journal's fragments in offset order, as its brokers index them.
+
+        ``sealed`` is True for a fragment persisted to a fragment store;
+        ``path`` is its local path under ``file_root`` where the client has
+        one, else its store URL (empty while not yet persisted); ``mtime``
+        is its modification time in the store (0 while not persisted)."""
+        out: builtins.list[Fragment] = []
+        request = pb.FragmentsRequest(journal=name, page_limit=1000)
+
+        def attempt(stub: Stub, endpoint: str) -> pb.FragmentsResponse | None:
+            resp = stub.fragments(request, timeout=self._brokers.rpc_timeout)
+            if resp.HasField("header"):
+                self._brokers.learn(name, resp.header.route)
+            if resp.status == pb.OK:
+                return cast(pb.FragmentsResponse, resp)
+            if resp.status in ROUTING_STATUSES:
+                return None
+            raise status_error(resp.status, name, endpoint)
+
+        while True:
+            resp = self._brokers.call(f"fragments of {name!r}", name, attempt)
+            out.extend(self._fragment(name, f.spec) for f in resp.fragments)
+            if not resp.next_page_token:
+                break
+            request.next_page_token = resp.next_page_token
+        out.sort(key=lambda f: (f.begin, f.end))
+        return out
+
+    def offset_since(self, name: str, when: float | datetime) -> int:
+        """Where to replay from to see everything appended since ``when``:
+        the begin of the first fragment persisted at or after ``when`` or not
+        persisted yet, else the write head. Fragment granularity, as
+        Gazette's ``begin_mod_time``: the replay may start somewhat earlier."""
+        cutoff = when.timestamp() if isinstance(when, datetime) else float(when)
+        head = self.head(name)
+        if cutoff > time.time():
+            return head  # Nothing was appended in the future.
+        for f in self.fragments(name):
+            if f.mtime == 0 or f.mtime >= cutoff:
+                return f.begin
+        return head
+
+    def trim(
+        self,
+        name: str,
+        *,
+        before_offset: int | None = None,
+        older_than: float | timedelta | None = None,
+    ) -> int:
+        """Retention: remove persisted fragments from the start of the journal,
+        as ``gazctl journals prune`` does.
+
+        Brokers offer no RPC that removes content; retention belongs to the
+        fragment store. What a client can do is what ``gazctl journals
+        prune`` does: delete persisted fragments from the store itself. This
+        client can for a ``file://`` store mounted at ``file_root``: it
+        removes, oldest first, each persisted fragment that ends at or before
+        ``before_offset`` and/or was persisted more than ``older_than``
+        seconds ago, stopping at the first to keep (or not yet persisted).
+        Returns the first offset still readable. Brokers notice on their next
+        listing of the store (the journal's refresh interval); until then
+        they may still offer the removed offsets. Without ``file_root``,
+        raises ``BrokerError`` (status ``NOT_ALLOWED``) saying so."""
+        age = age_seconds(before_offset, older_than)
+        if self.file_root is None:
+            raise BrokerError(
+                f"journal {name!r}: this client cannot trim: retention on a Gazette cluster"
+                " belongs to the fragment store (set retention on the journal spec and run"
+                " `gazctl journals prune`, or give the client file_root= where a file://"
+                " store is mounted)",
+                status="NOT_ALLOWED", journal=name, address=self.address,
+            )
+        cutoff = time.time() - age if age is not None else None
+        frags = self.fragments(name)
+        removed = 0
+        for f in frags:
+            if not f.sealed or not self._reachable(f.path):
+                break  # Not persisted yet, or in a store this client cannot reach.
+            if before_offset is not None and f.end > before_offset:
+                break
+            if cutoff is not None and f.mtime >= cutoff:
+                break
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f.path)
+            removed += 1
+        return frags[removed].begin if removed < len(frags) else self.head(name)
+
+    # JournalClient -----------------------------------------------------------
+
+    def append(self, name: str, data: bytes | bytearray | memoryview) -> Future[AppendResult]:
+        """Queue ``data`` for appending; the future resolves with the broker's
+        committed offsets once every replica of the journal has the bytes."""
+        if len(data) > self.max_append_size:
+            raise AppendTooLargeError(name, len(data), self.max_append_size)
+        appender = self._appenders.get(name)
+        if appender is None:
+            appender = self._appender(name)
+        return appender.submit(data if type(data) is bytes else bytes(data))
+
+    def read(
+        self, name: str, offset: int = 0, end_offset: int | None = None, *, block: bool = False
+    ) -> GazetteReader:
+        """A reader of ``[offset, end_offset)`` of the journal (see ``JournalReader``).
+
+        ``offset=-1`` starts at the write head. A non-blocking read past the
+        write head raises ``OffsetNotYetAvailableError``."""
+        self._check_open()
+        self._ensure_known(name)
+        if offset == -1:
+            offset = self.head(name)
+        if offset < 0:
+            raise ValueError(f"invalid offset ({offset}; expected >= 0, or -1 for the head)")
+        if end_offset is not None and end_offset < offset:
+            raise ValueError(f"end_offset ({end_offset}) is before offset ({offset})")
+        reader = GazetteReader(
+            self, self._brokers, name, offset, end_offset, block, self.file_root
+        )
+        with self._lock:
+            self._readers.add(reader)
+        if not block and end_offset != offset:
+            head = reader.prime()
+            if head is not None and head < offset:
+                reader.close()
+                raise OffsetNotYetAvailableError(name, offset, head)
+        return reader
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every append issued so far is resolved. Raises
+        ``TimeoutError`` after ``timeout`` seconds, and ``JournalError``
+        (chained to the first failure) if any of those appends failed."""
+        with self._lock:
+            appenders = builtins.list(self._appenders.values())
+        flush_queues(appenders, timeout)
+
+    def close(self) -> None:
+        """Finish pending appends (their futures report any failure), release
+        blocked readers (their reads return b"") and close the connections."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            appenders = builtins.list(self._appenders.values())
+            readers = builtins.list(self._readers)
+        for a in appenders:
+            a.stop()
+        for r in readers:
+            r.close()
+        self._brokers.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # For GazetteReader ---------------------------------------------------------
+
+    def reader_closed(self, reader: GazetteReader) -> None:
+        with self._lock:
+            self._readers.discard(reader)
+
+    # Internals -----------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise JournalClosedError(repr(self))
+
+    def _appender(self, name: str) -> GazetteAppender:
+        self._ensure_known(name)
+        with self._lock:
+            self._check_open()
+            appender = self._appenders.get(name)
+            if appender is None:
+                appender = self._appenders[name] = GazetteAppender(
+                    name, self._brokers, max_batch_bytes=8 << 20
+                )
+            return appender
+
+    def _ensure_known(self, name: str) -> None:
+        """Raise ``JournalNotFoundError`` now, rather than from a future or a
+        read, for a journal that does not exist."""
+        if name in self._known:
+            return
+        if self._lookup(name) is None:
+            raise JournalNotFoundError(name)
+
+    def _lookup(self, name: str) -> pb.ListResponse.Journal | None:
+        """The cluster's listing of journal ``name``, or None."""
+        self._check_open()
+        by_name = pb.LabelSet(labels=[pb.Label(name="name", value=name)])
+        request = pb.ListRequest(selector=pb.LabelSelector(include=by_name))
+        for resp in self._brokers.list_stream(request, name):
+            for j in resp.journals:
+                if j.spec.name == name:
+                    with self._lock:
+                        self._known.add(name)
+                    return cast(pb.ListResponse.Journal, j)
+        with self._lock:
+            self._known.discard(name)
+        return None
+
+    def _apply(self, change: pb.ApplyRequest.Change, name: str) -> int:
+        request = pb.ApplyRequest(changes=[change])
+
+        def attempt(stub: Stub, endpoint: str) -> int:
+            return int(stub.apply(request, timeout=self._brokers.rpc_timeout).status)
+
+        return self._brokers.call(f"apply the spec of {name!r}", None, attempt)
+
+    def _await_assignment(self, name: str, listed: pb.ListResponse.Journal | None) -> None:
+        """Wait (bounded) until brokers have taken up the journal: a primary,
+        and as many brokers as its replication asks for. Appends made before
+        would wait for them anyway, and land in extra fragments."""
+        start = time.monotonic()
+        delay = 0.01
+        while True:
+            if listed is not None:
+                route, want = listed.route, listed.spec.replication
+                if route.primary >= 0 and len(route.members) >= want:
+                    return
+                waited = time.monotonic() - start
+                if route.primary >= 0 and waited >= _FULL_ASSIGN_TIMEOUT:
+                    LOG.warning(
+                        "journal %s has %d of its %d brokers: appends wait until the cluster"
+                        " has enough brokers (INSUFFICIENT_JOURNAL_BROKERS)",
+                        name, len(route.members), want,
+                    )
+                    return
+                if waited >= _ASSIGN_TIMEOUT:
+                    return  # Appends and reads will wait and retry on their own.
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+            listed = self._lookup(name)
+            if listed is None:
+                raise JournalNotFoundError(name)
+
+    def _remove_persisted(self, name: str) -> None:
+        """Remove the fragment files of journal ``name`` from the file store
+        under ``file_root`` (all of them: brokers list a persisted fragment
+        only at their next refresh). Child journals' directories stay."""
+        assert self.file_root is not None
+        directory = os.path.join(self.file_root, *name.split("/"))
+        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+            for entry in os.scandir(directory):
+                if entry.is_file(follow_symlinks=False) and _CONTENT_NAME.fullmatch(entry.name):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+
+    def _reachable(self, path: str) -> bool:
+        """Is ``path`` (from ``fragments()``) a file under ``file_root``?"""
+        return self.file_root is not None and path.startswith(self.file_root + os.sep)
+
+    def _default_stores(self) -> tuple[str, ...]:
+        if self._stores_given:
+            return self._defaults.stores
+        if self._file_store is None:
+            self._file_store = self._has_file_store()
+        return (FILE_STORE,) if self._file_store else ()
+
+    def _has_file_store(self) -> bool:
+        request = pb.FragmentStoreHealthRequest(fragment_store=FILE_STORE)
+
+        def attempt(stub: Stub, endpoint: str) -> bool:
+            resp = stub.store_health(request, timeout=self._brokers.rpc_timeout)
+            return bool(resp.status == pb.OK)
+
+        try:
+            return self._brokers.call("check the file:// fragment store", None, attempt)
+        except BrokerError as err:
+            if err.status == "UNIMPLEMENTED":  # An older broker: assume none.
+                return False
+            raise
+
+    def _fragment(self, name: str, f: pb.Fragment) -> Fragment:
+        url = ""
+        if f.backing_store:
+            # Gazette's Fragment.ContentPath, under the store's URL.
+            content = f"{f.begin:016x}-{f.end:016x}-{_sha1_hex(f.sum)}{_EXT[f.compression_codec]}"
+            postfix = f"{f.path_postfix}/" if f.path_postfix else ""
+            store = f.backing_store if f.backing_store.endswith("/") else f.backing_store + "/"
+            url = f"{store}{name}/{postfix}{content}"
+        path = url
+        if url.startswith("file://") and self.file_root is not None:
+            path = os.path.join(self.file_root, url[len("file://") :].lstrip("/"))
+        return Fragment(
+            name, f.begin, f.end, path, bool(f.backing_store), float(f.mod_time),
+            _sha1_bytes(f.sum),
+        )
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child has none of our threads, and gRPC channels do not
+        survive a fork: start afresh."""
+        self._lock = threading.Lock()
+        self._appenders = {}
+        self._readers = weakref.WeakSet()
+        self._brokers = Brokers(
+            self.address, retry_timeout=self._brokers.retry_timeout,
+            rpc_timeout=self._brokers.rpc_timeout,
+        )
+
+
+# Gazette's content name of a fragment file: begin-end-sha1 and its extension.
+_CONTENT_NAME: Final = re.compile(r"[0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{40}(\.[a-z]+)?")
+# Gazette's fragment file extensions by codec (broker/codecs).
+_EXT: Final = {
+    pb.INVALID: ".raw",
+    pb.NONE: ".raw",
+    pb.GZIP: ".gz",
+    pb.ZSTANDARD: ".zst",
+    pb.SNAPPY: ".sz",
+    pb.GZIP_OFFLOAD_DECOMPRESSION: "",
+}
+
+
+def _sha1_bytes(s: pb.SHA1Sum) -> bytes:
+    return s.part1.to_bytes(8, "big") + s.part2.to_bytes(8, "big") + s.part3.to_bytes(4, "big")
+
+
+def _sha1_hex(s: pb.SHA1Sum) -> str:
+    return _sha1_bytes(s).hex()
+
+
+def _close_all_at_exit() -> None:
+    # Appender threads are daemons so that a forgotten client cannot hang the
+    # interpreter; finish their queued appends before it exits instead.
+    for client in builtins.list(_CLIENTS):
+        with contextlib.suppress(Exception):
+            client.close()
+
+
+def _after_fork_in_child() -> None:
+    for client in builtins.list(_CLIENTS):
+        client._after_fork_in_child()
+
+
+atexit.register(_close_all_at_exit)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

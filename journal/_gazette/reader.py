@@ -1,0 +1,414 @@
+"""``GazetteReader``: a journal of a Gazette cluster as a readable stream.
+
+A Read RPC answers with a stream of messages of two kinds: *metadata* (the
+fragment that holds the requested offset, the journal's write head, and for
+a fragment already persisted to a fragment store, its URL) followed by
+*chunks* of that fragment's content. A non-blocking read ends with status
+``OFFSET_NOT_YET_AVAILABLE`` at the write head; a blocking one waits for
+further appends.
+
+When the client knows where the cluster's ``file://`` fragment store is
+mounted (``GazetteClient(file_root=...)``), reads ask the broker not to
+proxy persisted fragments (``do_not_proxy``): the broker answers with the
+fragment's URL and ends the stream, and the reader reads the file itself,
+then asks the broker again from the fragment's end. Fragments compressed
+with a codec the reader cannot open, or files it cannot find, are read
+through the broker instead.
+
+Offsets jump forward when the broker answers with a later offset than asked
+for (the bytes were removed from the fragment store by retention); the jump
+is logged, as for the other clients.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import logging
+import os
+import threading
+import time
+from typing import IO, TYPE_CHECKING, Final, cast, final
+from urllib.parse import unquote, urlsplit
+
+import grpc
+
+from .._errors import BrokerError, BrokerUnavailableError, JournalError
+from .._reader import warn_jump
+from . import broker_pb2 as pb
+from .brokers import TRANSIENT, Brokers, backoff, describe, rpc_error, status_error
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+    from .client import GazetteClient
+
+LOG: Final = logging.getLogger("journal")
+
+# read1() with no size reads at most this much.
+_READ1_DEFAULT: Final = 64 * 1024
+
+
+@final
+class GazetteReader(io.RawIOBase):
+    """A reader of ``[offset, end_offset)`` of one journal of a cluster.
+
+    Made by ``GazetteClient.read``. Same contract as every ``JournalReader``:
+    ``read(n)`` returns 1 to ``n`` bytes, or ``b""`` at the end (the end
+    offset, or for a non-blocking reader the write head at the time of the
+    call); ``offset`` is the journal offset of the next byte; ``close()``
+    from another thread releases a blocked read, which returns ``b""``.
+    """
+
+    def __init__(
+        self,
+        client: GazetteClient,
+        brokers: Brokers,
+        journal: str,
+        offset: int,
+        end_offset: int | None,
+        block: bool,
+        file_root: str | None,
+    ) -> None:
+        super().__init__()
+        self._client = client
+        self._brokers = brokers
+        self._journal = journal
+        self._offset = offset
+        self._end_offset = end_offset
+        self._block = block
+        self._file_root = file_root
+        self._lock = threading.Lock()  # Guards _call against close().
+        self._call: grpc.Call | None = None
+        self._stream: object = None  # The call's iterator of ReadResponse.
+        self._endpoint = brokers.address
+        # The current content chunk: bytes [_chunk_offset, _chunk_offset + len).
+        self._chunk = memoryview(b"")
+        self._chunk_offset = 0
+        # The last metadata: the fragment being read and its URL, if any.
+        self._fragment: pb.Fragment | None = None
+        self._fragment_url = ""
+        self._direct: IO[bytes] | None = None  # A fragment file read directly.
+        self._direct_end = 0
+        self._at_head = False  # A non-blocking stream reached the write head.
+        self._write_head: int | None = None  # As the last metadata or status said.
+        self._primed_end = False  # prime() found the write head at the offset.
+        self._closing = False
+        self._failures = 0  # Attempts in a row that failed.
+        # Brokers that lack content this reader needs (see _status).
+        self._avoid: frozenset[str] = frozenset()
+        self._deadline: float | None = None
+
+    # The JournalReader protocol ------------------------------------------------
+
+    @property
+    def journal(self) -> str:
+        return self._journal
+
+    @property
+    def offset(self) -> int:
+        return self._offset
+
+    @property
+    def end_offset(self) -> int | None:
+        return self._end_offset
+
+    @property
+    def block(self) -> bool:
+        return self._block
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        self._check_open()
+        return self._offset
+
+    def read(self, size: int = -1, /) -> bytes:
+        data = super().read(size)
+        return data if data is not None else b""
+
+    def read1(self, size: int = -1, /) -> bytes:
+        return self.read(size if size >= 0 else _READ1_DEFAULT)
+
+    def readinto1(self, buffer: WriteableBuffer, /) -> int:
+        return self.readinto(buffer)
+
+    def readinto(self, buffer: WriteableBuffer, /) -> int:
+        self._check_open()
+        with memoryview(buffer) as view, view.cast("B") as mv:
+            if len(mv) == 0:
+                return 0
+            return self._readinto(mv)
+
+    def close(self) -> None:
+        """Release the reader; a read blocked in another thread returns b""."""
+        if self.closed:
+            return
+        self._closing = True
+        self._cancel()
+        self._close_direct()
+        self._client.reader_closed(self)
+        super().close()
+
+    def __repr__(self) -> str:
+        return (
+            f"<GazetteReader journal={self._journal!r} offset={self._offset}"
+            f" end_offset={self._end_offset} block={self._block}>"
+        )
+
+    # Reading -------------------------------------------------------------------
+
+    def prime(self) -> int | None:
+        """Start reading now (a non-blocking reader): the first answer says
+        whether the journal exists and where its write head is, which this
+        returns (None if the answer did not say)."""
+        if not self._next_response():
+            self._at_head = False  # The answer is fresh: the first read may trust it.
+            self._primed_end = True
+        return self._write_head
+
+    def _readinto(self, mv: memoryview) -> int:
+        if self._primed_end:
+            self._primed_end = False
+            return 0  # prime() just found the write head.
+        if self._at_head:
+            # The last call found the write head: start over, to see appends
+            # made since (the head "at the time of the call").
+            self._at_head = False
+        while not self._closing:
+            limit = len(mv)
+            if self._end_offset is not None:
+                limit = min(limit, self._end_offset - self._offset)
+                if limit <= 0:
+                    return 0
+            chunk = self._chunk
+            if chunk:
+                n = min(limit, len(chunk))
+                mv[:n] = chunk[:n]
+                self._chunk = chunk[n:]
+                self._offset += n
+                return n
+            if self._direct is not None:
+                n = self._read_direct(mv[:limit])
+                if n:
+                    return n
+                continue
+            if not self._next_response():
+                return 0
+        return 0
+
+    def _next_response(self) -> bool:
+        """Take the next message of the Read RPC (starting one as needed);
+        False at the end of a non-blocking read, or once closing."""
+        if self._stream is None:
+            self._start()
+            if self._stream is None:
+                return not self._closing
+        try:
+            resp: pb.ReadResponse = next(self._stream)  # type: ignore[call-overload]
+        except StopIteration:
+            return self._stream_ended()
+        except grpc.RpcError as err:
+            return self._failed(err)
+        if resp.HasField("header"):
+            self._brokers.learn(self._journal, resp.header.route)
+        if resp.status != pb.OK:
+            return self._status(resp)
+        self._failures = 0
+        self._deadline = None
+        if resp.offset > self._offset:
+            if self._offset >= 0:
+                warn_jump(self._journal, self._offset, resp.offset)
+            self._offset = resp.offset
+        if resp.content:
+            if resp.offset != self._offset:
+                raise BrokerError(
+                    f"journal {self._journal!r}: the broker sent content at offset"
+                    f" {resp.offset} for a read at {self._offset}",
+                    status="OK", journal=self._journal, address=self._endpoint,
+                )
+            self._chunk = memoryview(resp.content)
+        elif resp.HasField("fragment"):
+            self._fragment = resp.fragment
+            self._fragment_url = resp.fragment_url
+            self._write_head = resp.write_head
+        return True
+
+    def _start(self) -> None:
+        """Start a Read RPC at the current offset, on a broker of the journal."""
+        self._close_call()
+        direct = self._file_root is not None
+        request = pb.ReadRequest(
+            journal=self._journal,
+            offset=self._offset,
+            block=self._block,
+            do_not_proxy=direct,
+            end_offset=self._end_offset or 0,
+        )
+        endpoint = self._brokers.pick(self._journal, primary=False, avoid=self._avoid)
+        self._endpoint = endpoint
+        with self._lock:
+            if self._closing:
+                return
+            try:
+                call = self._brokers.stub(endpoint).read(request)
+            except grpc.RpcError as err:
+                self._failed(err)
+                return
+            self._call = call
+            self._stream = call
+        self._fragment, self._fragment_url = None, ""
+
+    def _stream_ended(self) -> bool:
+        """The broker closed the stream without an error status."""
+        self._stream = None
+        fragment, url = self._fragment, self._fragment_url
+        if self._end_offset is not None and self._offset >= self._end_offset:
+            return False
+        if (
+            fragment is not None and url and self._file_root is not None
+            and fragment.begin <= self._offset < fragment.end
+            and self._open_direct(fragment, url)
+        ):
+            return True
+        if fragment is not None and url and self._file_root is not None:
+            # The broker will not proxy it and we cannot open it: read it
+            # through the broker (without do_not_proxy) from now on.
+            LOG.info("journal %s: reading fragment %s through the broker", self._journal, url)
+            self._file_root = None
+        return True  # A broker closed the stream (shutting down, reassigned...): start again.
+
+    def _status(self, resp: pb.ReadResponse) -> bool:
+        status = resp.status
+        if status == pb.OFFSET_NOT_YET_AVAILABLE:
+            self._write_head = resp.write_head
+        if status == pb.OFFSET_NOT_YET_AVAILABLE and not self._block:
+            self._close_call()
+            if resp.write_head > self._offset:
+                # Content exists but this broker does not hold it: a broker
+                # newly assigned to the journal indexes older content only
+                # once it is persisted. Ask another one (or this one later).
+                self._avoid = self._avoid | {self._endpoint}
+                self._retry(
+                    f"{self._endpoint} does not hold offset {self._offset}"
+                    f" (write head {resp.write_head})"
+                )
+                return True
+            self._at_head = True
+            self._avoid = frozenset()
+            return False
+        if status in (pb.NOT_JOURNAL_BROKER, pb.INSUFFICIENT_JOURNAL_BROKERS,
+                      pb.NO_JOURNAL_PRIMARY_BROKER, pb.NOT_JOURNAL_PRIMARY_BROKER,
+                      pb.OFFSET_NOT_YET_AVAILABLE):
+            self._close_call()
+            self._retry(status_error(status, self._journal, self._endpoint).args[0])
+            return True
+        self._close_call()
+        raise status_error(status, self._journal, self._endpoint)
+
+    def _failed(self, err: grpc.RpcError) -> bool:
+        self._close_call()
+        if self._closing:
+            return False
+        code = err.code() if isinstance(err, grpc.Call) else None
+        # Brokers end a Read with UNKNOWN ("context canceled", ...) when the
+        # journal moves or goes away; a new attempt finds out which.
+        if code is not None and code not in TRANSIENT and code != grpc.StatusCode.UNKNOWN:
+            raise rpc_error(err, f"read of {self._journal!r}", self._journal, self._endpoint)
+        if code in TRANSIENT:
+            self._brokers.mark_down(self._endpoint)
+            self._brokers.forget(self._journal)
+        self._retry(describe(err))
+        return True
+
+    def _retry(self, why: str) -> None:
+        """Wait before the next attempt; give up past the retry deadline."""
+        now = time.monotonic()
+        if self._deadline is None and self._brokers.retry_timeout is not None:
+            self._deadline = now + self._brokers.retry_timeout
+        if self._deadline is not None and now >= self._deadline:
+            raise BrokerUnavailableError(
+                f"read of {self._journal!r}: no Gazette broker answered at"
+                f" {self._brokers.address} (last tried {self._endpoint}: {why})",
+                status="UNAVAILABLE", journal=self._journal, address=self._endpoint,
+            )
+        delay = backoff(self._failures)
+        self._failures += 1
+        end = time.monotonic() + delay
+        while not self._closing and time.monotonic() < end:
+            time.sleep(min(0.05, delay))
+
+    # Direct reads of persisted fragments ---------------------------------------
+
+    def _open_direct(self, fragment: pb.Fragment, url: str) -> bool:
+        parts = urlsplit(url)
+        if parts.scheme != "file" or self._file_root is None:
+            return False
+        codec = fragment.compression_codec
+        if codec not in (pb.NONE, pb.GZIP):
+            return False
+        path = os.path.join(self._file_root, unquote(parts.path).lstrip("/"))
+        try:
+            # Closed by _close_direct.
+            f = cast(IO[bytes], open(path, "rb") if codec == pb.NONE else gzip.open(path, "rb"))  # noqa: SIM115
+        except OSError as err:
+            LOG.warning("journal %s: cannot open fragment %s (%s)", self._journal, path, err)
+            return False
+        skip = self._offset - fragment.begin
+        try:
+            if codec == pb.NONE:
+                f.seek(skip)
+            else:
+                while skip:
+                    got = f.read(min(skip, 1 << 20))
+                    if not got:
+                        raise EOFError("fragment ends early")
+                    skip -= len(got)
+        except (OSError, EOFError) as err:
+            f.close()
+            LOG.warning("journal %s: cannot read fragment %s (%s)", self._journal, path, err)
+            return False
+        self._direct = f
+        self._direct_end = fragment.end
+        return True
+
+    def _read_direct(self, mv: memoryview) -> int:
+        assert self._direct is not None
+        want = min(len(mv), self._direct_end - self._offset)
+        n = self._direct.readinto(mv[:want]) if want > 0 else 0  # type: ignore[attr-defined]
+        if n:
+            self._offset += n
+            return int(n)
+        if self._offset < self._direct_end:
+            self._close_direct()
+            raise JournalError(
+                f"journal {self._journal!r}: fragment file ends at offset {self._offset},"
+                f" before its end {self._direct_end}"
+            )
+        self._close_direct()  # The fragment is read: ask the broker for what follows.
+        return 0
+
+    def _close_direct(self) -> None:
+        if self._direct is not None:
+            self._direct.close()
+            self._direct = None
+
+    # Calls ---------------------------------------------------------------------
+
+    def _cancel(self) -> None:
+        with self._lock:
+            call = self._call
+        if call is not None:
+            call.cancel()
+
+    def _close_call(self) -> None:
+        with self._lock:
+            call, self._call, self._stream = self._call, None, None
+        if call is not None:
+            call.cancel()
+        self._chunk = memoryview(b"")
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError(f"I/O operation on a closed reader of {self._journal!r}")
