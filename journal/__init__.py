@@ -36,6 +36,7 @@ from ._errors import JournalNotFoundError as JournalNotFoundError
 from ._errors import LabelSelectorError as LabelSelectorError
 from ._errors import OffsetNotYetAvailableError as OffsetNotYetAvailableError
 from ._fragment import Fragment as Fragment
+from ._gazette.brokers import JournalRoute as JournalRoute
 from ._gazette.client import GazetteClient as GazetteClient
 from ._gazette.reader import GazetteReader as GazetteReader
 from ._interfaces import JournalClient as JournalClient
@@ -78,6 +79,7 @@ __all__ = [
     "MemoryJournalReader",
     "GazetteClient",
     "GazetteReader",
+    "JournalRoute",
     # Errors
     "JournalError",
     "JournalNotFoundError",

@@ -26,7 +26,7 @@ SPEC_NAMES = {
     "journal": [
         "JournalSpec", "LabelSet", "parse_label_selector", "LabelSelectorError",
         "AppendResult", "JournalClient", "LocalJournalStore", "JournalError",
-        "JournalNotFoundError", "JournalExistsError",
+        "JournalNotFoundError", "JournalExistsError", "JournalStore", "GazetteClient",
     ],
 }
 

@@ -15,8 +15,9 @@ Sequencers drop the duplicates), but always whole.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from itertools import accumulate, islice, repeat
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Final, cast
 
 import grpc
 
@@ -24,7 +25,7 @@ from .._append_queue import AppendQueue
 from .._errors import BrokerError, JournalError
 from .._spec import AppendResult
 from . import broker_pb2 as pb
-from .brokers import ROUTING_STATUSES, Brokers, Stub, chunks, status_error
+from .brokers import MAX_CHUNK, ROUTING_STATUSES, Brokers, Stub, status_error
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -69,8 +70,47 @@ class GazetteAppender(AppendQueue):
         return list(map(AppendResult, repeat(journal), bounds, islice(bounds, 1, None))), None
 
 
-def _requests(journal: str, data: list[bytes]) -> Iterator[pb.AppendRequest]:
-    yield pb.AppendRequest(journal=journal)
-    for chunk in chunks(data):
-        yield pb.AppendRequest(content=chunk)
-    yield pb.AppendRequest()  # The empty chunk: commit.
+def _requests(journal: str, data: list[bytes]) -> Iterator[bytes]:
+    """The Append RPC's messages, serialized: the request, the content
+    chunks, and the empty chunk that commits."""
+    yield pb.AppendRequest(journal=journal).SerializeToString()
+    yield from content_messages(data)
+    yield b""  # An empty AppendRequest: commit.
+
+
+# An AppendRequest holding only content is field 4 (bytes): the tag byte
+# 0x22, the length as a varint, then the bytes. Writing that header in the
+# same join that gathers the appends makes each chunk with one copy, and no
+# protobuf message object (which would copy the bytes again).
+_CONTENT_TAG: Final = b"\x22"
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def content_messages(data: list[bytes], limit: int = MAX_CHUNK) -> Iterator[bytes]:
+    """Serialized content-only AppendRequests carrying ``data``'s bytes in
+    order, each of about ``limit`` bytes: appends are gathered whole, and
+    only an append larger than ``limit`` is split (the broker refuses
+    messages over a few MiB; the RPC keeps the append atomic anyway)."""
+    ends = list(accumulate(map(len, data)))
+    i, n, base = 0, len(data), 0
+    while i < n:
+        j = bisect_right(ends, base + limit, i)
+        if j == i:  # data[i] alone is larger than limit: split it.
+            view = memoryview(data[i])
+            for k in range(0, len(view), limit):
+                piece = view[k : k + limit]
+                yield b"".join((_CONTENT_TAG, _varint(len(piece)), piece))
+            base, i = ends[i], i + 1
+            continue
+        size = ends[j - 1] - base
+        if size:
+            yield b"".join([_CONTENT_TAG, _varint(size), *islice(data, i, j)])
+        base, i = ends[j - 1], j

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, TypeVar
 from urllib.parse import urlsplit
@@ -108,14 +108,15 @@ def backoff(attempt: int) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class Route:
-    """A journal's brokers: their endpoints, and which one is primary (-1: none)."""
+class JournalRoute:
+    """A journal's brokers, as the cluster routes it: their endpoint URLs,
+    and the index of the primary among them (-1: none yet)."""
 
     endpoints: tuple[str, ...]
     primary: int
 
     @classmethod
-    def of(cls, msg: pb.Route) -> Route:
+    def of(cls, msg: pb.Route) -> JournalRoute:
         return cls(tuple(msg.endpoints), msg.primary)
 
     @property
@@ -146,6 +147,10 @@ def check_address(address: str) -> str:
     return address
 
 
+def _as_is(data: bytes) -> bytes:
+    return data
+
+
 class Stub:
     """The Journal service's RPCs on one channel."""
 
@@ -168,9 +173,10 @@ class Stub:
             request_serializer=pb.ReadRequest.SerializeToString,
             response_deserializer=pb.ReadResponse.FromString,
         )
+        # Append requests go out already serialized (see appender.py).
         self.append = channel.stream_unary(
             "/protocol.Journal/Append",
-            request_serializer=pb.AppendRequest.SerializeToString,
+            request_serializer=_as_is,
             response_deserializer=pb.AppendResponse.FromString,
         )
         self.fragments = channel.unary_unary(
@@ -194,7 +200,7 @@ class Brokers:
         self.rpc_timeout = rpc_timeout
         self._lock = threading.Lock()
         self._stubs: dict[str, Stub] = {}
-        self._routes: dict[str, Route] = {}
+        self._routes: dict[str, JournalRoute] = {}
         # Every endpoint heard of, the client's address first; those that
         # failed last are tried last.
         self._known: dict[str, None] = {self.address: None}
@@ -238,7 +244,7 @@ class Brokers:
         """Remember ``journal``'s route from a response (ignoring empty ones)."""
         if not route.endpoints:
             return
-        r = Route.of(route)
+        r = JournalRoute.of(route)
         with self._lock:
             self._routes[journal] = r
             for endpoint in r.endpoints:
@@ -380,26 +386,3 @@ def rpc_error(err: grpc.RpcError, what: str, journal: str | None, address: str) 
             status=name, journal=journal, address=address,
         )
     return BrokerError(f"{what}: {address}: {text}", status=name, journal=journal, address=address)
-
-
-def chunks(data: list[bytes], limit: int = MAX_CHUNK) -> Iterator[bytes]:
-    """The bytes of ``data`` joined into pieces of about ``limit`` bytes
-    (an item is never split unless it alone is larger), one copy each."""
-    group: list[bytes] = []
-    size = 0
-    for item in data:
-        if len(item) > limit:
-            if group:
-                yield b"".join(group)
-                group, size = [], 0
-            view = memoryview(item)
-            for i in range(0, len(item), limit):
-                yield bytes(view[i : i + limit])
-            continue
-        if size + len(item) > limit and group:
-            yield b"".join(group)
-            group, size = [], 0
-        group.append(item)
-        size += len(item)
-    if group:
-        yield b"".join(group)

@@ -53,7 +53,7 @@ from .._util import age_seconds
 from . import broker_pb2 as pb
 from . import wire
 from .appender import GazetteAppender
-from .brokers import ROUTING_STATUSES, Brokers, Route, Stub, status_error
+from .brokers import ROUTING_STATUSES, Brokers, JournalRoute, Stub, status_error
 from .reader import GazetteReader
 
 #: Where a client connects when given no address and no ``BROKER_ADDRESS``.
@@ -263,13 +263,13 @@ class GazetteClient:
         # semantics identical to the other clients' to the letter.
         return sorted((s for s in specs if sel.matches(s)), key=lambda s: s.name)
 
-    def route(self, name: str) -> Route:
+    def route(self, name: str) -> JournalRoute:
         """The journal's brokers as the cluster routes it now: their endpoint
         URLs, and which one is primary (``primary_endpoint``)."""
         found = self._lookup(name)
         if found is None:
             raise JournalNotFoundError(name)
-        return Route.of(found.route)
+        return JournalRoute.of(found.route)
 
     def head(self, name: str) -> int:
         """The journal's write head: the offset of the next append."""
