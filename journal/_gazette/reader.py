@@ -82,9 +82,9 @@ class GazetteReader(io.RawIOBase):
         self._call: grpc.Call | None = None
         self._stream: object = None  # The call's iterator of ReadResponse.
         self._endpoint = brokers.address
-        # The current content chunk: bytes [_chunk_offset, _chunk_offset + len).
-        self._chunk = memoryview(b"")
-        self._chunk_offset = 0
+        # The current content chunk, and how much of it was read already.
+        self._chunk = b""
+        self._chunk_pos = 0
         # The last metadata: the fragment being read and its URL, if any.
         self._fragment: pb.Fragment | None = None
         self._fragment_url = ""
@@ -125,8 +125,15 @@ class GazetteReader(io.RawIOBase):
         return self._offset
 
     def read(self, size: int = -1, /) -> bytes:
-        data = super().read(size)
-        return data if data is not None else b""
+        """At least one and at most ``size`` bytes, or ``b""`` at the end.
+
+        The broker's content chunks are handed out as they came when they
+        fit, without a copy (readers ask for much more than one chunk)."""
+        if size is None or size < 0:
+            data = super().read(-1)
+            return data if data is not None else b""
+        self._check_open()
+        return self._next_bytes(size) if size else b""
 
     def read1(self, size: int = -1, /) -> bytes:
         return self.read(size if size >= 0 else _READ1_DEFAULT)
@@ -139,7 +146,9 @@ class GazetteReader(io.RawIOBase):
         with memoryview(buffer) as view, view.cast("B") as mv:
             if len(mv) == 0:
                 return 0
-            return self._readinto(mv)
+            data = self._next_bytes(len(mv))
+            mv[: len(data)] = data
+            return len(data)
 
     def close(self) -> None:
         """Release the reader; a read blocked in another thread returns b""."""
@@ -168,35 +177,45 @@ class GazetteReader(io.RawIOBase):
             self._primed_end = True
         return self._write_head
 
-    def _readinto(self, mv: memoryview) -> int:
+    def _next_bytes(self, size: int) -> bytes:
+        """The next 1 to ``size`` bytes, or ``b""`` at the end."""
         if self._primed_end:
             self._primed_end = False
-            return 0  # prime() just found the write head.
+            return b""  # prime() just found the write head.
         if self._at_head:
             # The last call found the write head: start over, to see appends
             # made since (the head "at the time of the call").
             self._at_head = False
         while not self._closing:
-            limit = len(mv)
+            limit = size
             if self._end_offset is not None:
                 limit = min(limit, self._end_offset - self._offset)
                 if limit <= 0:
-                    return 0
-            chunk = self._chunk
-            if chunk:
-                n = min(limit, len(chunk))
-                mv[:n] = chunk[:n]
-                self._chunk = chunk[n:]
-                self._offset += n
-                return n
+                    return b""
+            if self._chunk:
+                return self._take(limit)
             if self._direct is not None:
-                n = self._read_direct(mv[:limit])
-                if n:
-                    return n
+                data = self._read_direct(limit)
+                if data:
+                    return data
                 continue
             if not self._next_response():
-                return 0
-        return 0
+                return b""
+        return b""
+
+    def _take(self, size: int) -> bytes:
+        """Up to ``size`` bytes of the current chunk (itself when it fits whole)."""
+        chunk, pos = self._chunk, self._chunk_pos
+        n = min(size, len(chunk) - pos)
+        data = chunk if pos == 0 and n == len(chunk) else chunk[pos : pos + n]
+        self._advance(n)
+        return data
+
+    def _advance(self, n: int) -> None:
+        self._offset += n
+        self._chunk_pos += n
+        if self._chunk_pos == len(self._chunk):
+            self._chunk, self._chunk_pos = b"", 0
 
     def _next_response(self) -> bool:
         """Take the next message of the Read RPC (starting one as needed);
@@ -228,7 +247,7 @@ class GazetteReader(io.RawIOBase):
                     f" {resp.offset} for a read at {self._offset}",
                     status="OK", journal=self._journal, address=self._endpoint,
                 )
-            self._chunk = memoryview(resp.content)
+            self._chunk, self._chunk_pos = resp.content, 0
         elif resp.HasField("fragment"):
             self._fragment = resp.fragment
             self._fragment_url = resp.fragment_url
@@ -373,13 +392,14 @@ class GazetteReader(io.RawIOBase):
         self._direct_end = fragment.end
         return True
 
-    def _read_direct(self, mv: memoryview) -> int:
+    def _read_direct(self, size: int) -> bytes:
+        """Up to ``size`` bytes of the fragment file; b"" once it is read."""
         assert self._direct is not None
-        want = min(len(mv), self._direct_end - self._offset)
-        n = self._direct.readinto(mv[:want]) if want > 0 else 0  # type: ignore[attr-defined]
-        if n:
-            self._offset += n
-            return int(n)
+        want = min(size, self._direct_end - self._offset)
+        data = self._direct.read(want) if want > 0 else b""
+        if data:
+            self._offset += len(data)
+            return data
         if self._offset < self._direct_end:
             self._close_direct()
             raise JournalError(
@@ -387,7 +407,7 @@ class GazetteReader(io.RawIOBase):
                 f" before its end {self._direct_end}"
             )
         self._close_direct()  # The fragment is read: ask the broker for what follows.
-        return 0
+        return b""
 
     def _close_direct(self) -> None:
         if self._direct is not None:
@@ -407,7 +427,7 @@ class GazetteReader(io.RawIOBase):
             call, self._call, self._stream = self._call, None, None
         if call is not None:
             call.cancel()
-        self._chunk = memoryview(b"")
+        self._chunk, self._chunk_pos = b"", 0
 
     def _check_open(self) -> None:
         if self.closed:
