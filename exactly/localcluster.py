@@ -44,23 +44,32 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
-import fcntl
-import hashlib
 import json
 import os
-import re
-import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Self, final
+
+from exactly._clusterbuild import (  # re-exported: see __all__
+    ETCD_VERSION,
+    GAZETTE_VERSION,
+    Binaries,
+    BuildError,
+    ClusterError,
+    GoNotFoundError,
+    Progress,
+    build_go_program,
+    default_cache_dir,
+    ensure_binaries,
+    log_tail,
+)
 
 __all__ = [
     "GAZETTE_VERSION",
@@ -74,6 +83,7 @@ __all__ = [
     "build_go_program",
     "default_cache_dir",
     "journal_spec_yaml",
+    "Progress",
     "ClusterError",
     "BuildError",
     "GoNotFoundError",
@@ -81,9 +91,6 @@ __all__ = [
     "ClusterNotFoundError",
     "GazctlError",
 ]
-
-GAZETTE_VERSION: Final = "v0.103.0"
-ETCD_VERSION: Final = "v3.6.5"
 
 # The TTL of each broker's etcd lease, in seconds. A broker that dies without
 # exiting cleanly (SIGKILL, a crash) keeps its journals until its lease
@@ -98,36 +105,9 @@ DEFAULT_ETCD_LEASE: Final = 3
 # allocator.MembersPrefix, then zone#id.
 _MEMBERS_PREFIX: Final = "/gazette/cluster/members/"
 _ZONE: Final = "local"
-# How often a long build says it is still going.
-_HEARTBEAT: Final = 30.0
-_LOG_TAIL_LINES: Final = 25
-
-Progress = Callable[[str], None]
 
 
 # -- errors -----------------------------------------------------------------------
-
-
-class ClusterError(Exception):
-    """Anything this module raises: building binaries, or running a cluster."""
-
-
-class BuildError(ClusterError):
-    """A binary could not be built. ``log_path`` is the build's log and
-    ``log_tail`` its last lines."""
-
-    def __init__(self, message: str, *, log_path: Path | None = None,
-                 log_tail: str = "") -> None:
-        text = message
-        if log_tail:
-            text += f"\n--- last lines of {log_path} ---\n{log_tail}"
-        super().__init__(text)
-        self.log_path = log_path
-        self.log_tail = log_tail
-
-
-class GoNotFoundError(BuildError):
-    """No Go toolchain on PATH: the binaries cannot be built."""
 
 
 class ClusterStartError(ClusterError):
@@ -163,222 +143,6 @@ class GazctlError(ClusterError, subprocess.CalledProcessError):
         return text
 
 
-# -- binaries ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Binaries:
-    """Paths of the ``gazette`` broker, the ``gazctl`` tool and the ``etcd`` server."""
-
-    gazette: Path
-    gazctl: Path
-    etcd: Path
-
-
-def default_cache_dir() -> Path:
-    """Where built binaries are cached: ``$EXACTLY_CACHE``, else
-    ``$XDG_CACHE_HOME/exactly``, else ``~/.cache/exactly``."""
-    env = os.environ.get("EXACTLY_CACHE")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg:
-        return Path(xdg).expanduser() / "exactly"
-    return Path.home() / ".cache" / "exactly"
-
-
-def ensure_binaries(*, cache_dir: str | os.PathLike[str] | None = None,
-                    progress: Progress | None = None) -> Binaries:
-    """The pinned ``gazette``, ``gazctl`` (``GAZETTE_VERSION``) and ``etcd``
-    (``ETCD_VERSION``) binaries, built with Go on first use and cached.
-
-    Each version is built in a throwaway Go module under the cache, into a
-    temporary name renamed into place, so that a killed build never leaves a
-    half-written binary; a file lock makes concurrent callers wait for one
-    build. ``progress`` receives one line per step (and one every 30 s while
-    a build runs). Raises ``GoNotFoundError`` without ``go`` on PATH, and
-    ``BuildError`` (with the tail of the build log) when a build fails.
-    """
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    gazette_dir = cache / f"gazette-{GAZETTE_VERSION}"
-    etcd_dir = cache / f"etcd-{ETCD_VERSION}"
-    _build_pinned(
-        gazette_dir, f"gazette {GAZETTE_VERSION}",
-        requires=[f"go.gazette.dev/core/cmd/gazette@{GAZETTE_VERSION}",
-                  f"go.gazette.dev/core/cmd/gazctl@{GAZETTE_VERSION}"],
-        outputs={"gazette": "go.gazette.dev/core/cmd/gazette",
-                 "gazctl": "go.gazette.dev/core/cmd/gazctl"},
-        eta="2 to 7 minutes", progress=progress,
-    )
-    _build_pinned(
-        etcd_dir, f"etcd {ETCD_VERSION}",
-        requires=[f"go.etcd.io/etcd/server/v3@{ETCD_VERSION}"],
-        outputs={"etcd": "go.etcd.io/etcd/server/v3"},
-        eta="about 30 seconds", progress=progress,
-    )
-    return Binaries(
-        gazette=gazette_dir / "bin" / "gazette",
-        gazctl=gazette_dir / "bin" / "gazctl",
-        etcd=etcd_dir / "bin" / "etcd",
-    )
-
-
-def build_go_program(src_dir: str | os.PathLike[str], name: str, *,
-                     cache_dir: str | os.PathLike[str] | None = None,
-                     progress: Progress | None = None) -> Path:
-    """Build the Go ``main`` package of module ``src_dir`` (its ``go.mod`` and
-    ``go.sum`` complete) into the cache, and return the binary's path.
-
-    The binary is keyed by a hash of the module's ``.go``, ``go.mod`` and
-    ``go.sum`` files: it is rebuilt only when they change (older builds of the
-    same ``name`` are then removed). Building never writes into ``src_dir``.
-    Raises as ``ensure_binaries`` does.
-    """
-    src = Path(src_dir).resolve()
-    if not (src / "go.mod").is_file():
-        raise BuildError(f"{src} is not a Go module (no go.mod)")
-    digest = hashlib.sha256(name.encode())
-    for path in sorted(src.rglob("*")):
-        if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum")):
-            digest.update(b"\0" + str(path.relative_to(src)).encode() + b"\0")
-            digest.update(path.read_bytes())
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    programs = cache / "go-programs"
-    dest = programs / f"{name}-{digest.hexdigest()[:16]}"
-    binary = dest / "bin" / name
-    if not binary.is_file():
-        _build(dest, name, module_dir=src, outputs={name: "."}, go_flags="-mod=readonly",
-               eta="up to a few minutes", progress=progress)
-        for old in programs.glob(f"{name}-*"):
-            if old != dest and re.fullmatch(rf"{re.escape(name)}-[0-9a-f]{{16}}", old.name):
-                shutil.rmtree(old, ignore_errors=True)
-    return binary
-
-
-def _build_pinned(dest: Path, what: str, *, requires: list[str], outputs: dict[str, str],
-                  eta: str, progress: Progress | None) -> None:
-    if all((dest / "bin" / out).is_file() for out in outputs):
-        return
-    _build(dest, what, module_dir=None, requires=requires, outputs=outputs,
-           go_flags="-mod=mod", eta=eta, progress=progress)
-
-
-def _build(dest: Path, what: str, *, module_dir: Path | None, outputs: dict[str, str],
-           go_flags: str, eta: str, progress: Progress | None,
-           requires: Sequence[str] = ()) -> None:
-    """Build ``outputs`` (binary name -> Go package) into ``dest/bin``, holding
-    ``dest/build.lock``. With ``module_dir`` None, a throwaway module under
-    ``dest`` requires ``requires``."""
-    say = progress or (lambda _line: None)
-    bin_dir = dest / "bin"
-    dest.mkdir(parents=True, exist_ok=True)
-    with _file_lock(dest / "build.lock", what, say):
-        if all((bin_dir / out).is_file() for out in outputs):
-            return  # another process built it while we waited
-        go = shutil.which("go")
-        if go is None:
-            raise GoNotFoundError(
-                f"building {what} needs Go 1.25 or newer (with cgo and a C compiler), "
-                "and there is no `go` on PATH: install it from https://go.dev/dl/"
-            )
-        env = dict(os.environ)
-        env["CGO_ENABLED"] = "1"  # github.com/DataDog/zstd, a Gazette dependency, is cgo
-        env["GOWORK"] = "off"
-        env["GOFLAGS"] = f"{go_flags} -buildvcs=false"
-        log_path = dest / "build.log"
-        log_path.write_bytes(b"")
-        started = time.monotonic()
-        say(f"building {what} with {go}: a cold build takes {eta} "
-            f"(then it is cached in {dest})")
-        if module_dir is None:
-            module_dir = dest / "module"
-            shutil.rmtree(module_dir, ignore_errors=True)
-            module_dir.mkdir()
-            _run_go([go, "mod", "init", "exactly.local/build"], module_dir, env, log_path,
-                    what, say, started)
-            say(f"fetching the sources of {what} (go get)")
-            _run_go([go, "get", *requires], module_dir, env, log_path, what, say, started)
-        tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=dest))
-        try:
-            for out, package in outputs.items():
-                say(f"compiling {out}")
-                _run_go([go, "build", "-trimpath", "-o", str(tmp / out), package],
-                        module_dir, env, log_path, what, say, started)
-            bin_dir.mkdir(exist_ok=True)
-            for out in outputs:
-                os.replace(tmp / out, bin_dir / out)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-        say(f"built {what} in {_duration(time.monotonic() - started)}")
-
-
-def _run_go(cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path, what: str,
-            say: Progress, started: float) -> None:
-    with open(log_path, "ab") as log:
-        log.write(f"$ {' '.join(cmd)}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT)
-        try:
-            while True:
-                try:
-                    rc = proc.wait(timeout=_HEARTBEAT)
-                    break
-                except subprocess.TimeoutExpired:
-                    say(f"still building {what} "
-                        f"({_duration(time.monotonic() - started)} so far)")
-        finally:
-            if proc.poll() is None:  # interrupted: leave no go process behind
-                proc.kill()
-                proc.wait()
-    if rc != 0:
-        raise BuildError(
-            f"building {what} failed: `{' '.join(cmd[1:3])} ...` exited with status {rc} "
-            f"(log: {log_path})",
-            log_path=log_path, log_tail=_tail(log_path),
-        )
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path, what: str, say: Progress) -> Iterator[None]:
-    with open(path, "a+b") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say(f"waiting for another process that is building {what}")
-            waited = time.monotonic()
-            while True:
-                try:
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    time.sleep(0.2)
-                    if time.monotonic() - waited >= _HEARTBEAT:
-                        waited = time.monotonic()
-                        say(f"still waiting for the other build of {what}")
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-
-
-def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 16384))
-            data = f.read()
-    except OSError:
-        return ""
-    return "\n".join(data.decode(errors="replace").splitlines()[-lines:])
-
-
 # -- journal specs ----------------------------------------------------------------
 
 
@@ -389,14 +153,18 @@ def journal_spec_yaml(name: str, *, replication: int = 1,
                       stores: Sequence[str] = ("file:///",),
                       compression: str = "NONE",
                       refresh_interval: str = "10s",
-                      flush_interval: str | None = None) -> str:
+                      flush_interval: str | None = None,
+                      revision: int | None = None) -> str:
     """A JournalSpec in the YAML that ``gazctl journals apply`` reads.
 
     ``content_type`` becomes the ``content-type`` label. The defaults suit a
     local cluster: fragments of 1 MiB kept uncompressed in the brokers'
-    ``file:///`` store (under ``GazetteCluster.fragment_root``).
-    ``flush_interval`` (a Go duration, at least ``1m``) also closes fragments
-    by age. Gazette bounds ``fragment_length`` to [1 KiB, 16 GiB].
+    ``file:///`` store (under ``GazetteCluster.fragment_root``). A fragment
+    is persisted when it is closed: when it reaches ``fragment_length``, or
+    ``flush_interval`` (a Go duration, at least ``1m``) after it began.
+    Gazette bounds ``fragment_length`` to [1 KiB, 16 GiB]. ``revision``: None
+    creates the journal (``apply`` fails if it exists), -1 creates or
+    replaces it whatever its current revision.
     """
     pairs: list[tuple[str, str | None]] = []
     if content_type is not None:
@@ -408,6 +176,8 @@ def journal_spec_yaml(name: str, *, replication: int = 1,
             pairs.extend((key, v) for v in value)
     q = json.dumps  # a JSON string is a YAML string
     lines = [f"name: {q(name)}", f"replication: {replication}"]
+    if revision is not None:
+        lines.append(f"revision: {revision}")
     if pairs:
         lines.append("labels:")
         for key, label_value in pairs:
@@ -481,12 +251,10 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read().decode(errors="replace")
-    except FileNotFoundError:
+        fields = stat[stat.rindex(")") + 2:].split()  # the command name may hold spaces
+        return fields[0], int(fields[19])
+    except (OSError, ValueError, IndexError):
         return None
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()  # the command name may hold spaces
-    return fields[0], int(fields[19])
 
 
 def _alive(proc: _Proc) -> bool:
@@ -544,6 +312,19 @@ def _free_ports(n: int) -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+def _pick_ports(n: int, wanted: Sequence[int]) -> list[int]:
+    """``n`` distinct free ports: ``wanted[i]`` for slot ``i`` where it is
+    free, a port the kernel picks otherwise."""
+    fresh = _free_ports(n + len(wanted))
+    chosen: list[int] = []
+    for i in range(n):
+        if i < len(wanted) and wanted[i] not in chosen and _port_free(wanted[i]):
+            chosen.append(wanted[i])
+        else:
+            chosen.append(next(p for p in fresh if p not in chosen and p not in wanted))
+    return chosen
 
 
 def _port_free(port: int) -> bool:
@@ -707,9 +488,7 @@ class GazetteCluster:
                 d.mkdir(parents=True, exist_ok=True)
             deadline = time.monotonic() + timeout
             for attempt in range(3):
-                ports = previous if previous and all(map(_port_free, previous)) else None
-                if ports is None or attempt:
-                    ports = _free_ports(self.brokers + 2)
+                ports = _pick_ports(self.brokers + 2, [] if attempt else previous)
                 self._etcd = _Proc("etcd", ports[0])
                 self._peer_port = ports[1]
                 self._brokers = [_Proc(f"broker-{i}", port)
@@ -752,7 +531,7 @@ class GazetteCluster:
 
     def _stop_at_exit(self) -> None:
         with contextlib.suppress(Exception):
-            self.stop(grace=5.0)
+            self.stop()
 
     def kill_broker(self, i: int, sig: int = signal.SIGKILL, *, timeout: float = 30.0) -> None:
         """Send ``sig`` to broker ``i`` and wait until it has exited. After
@@ -827,10 +606,9 @@ class GazetteCluster:
         ``timeout`` None, returns at once (the route then may be empty)."""
         spec = journal_spec_yaml(name, replication=replication, content_type=content_type,
                                  labels=labels, fragment_length=fragment_length,
-                                 compression=compression, flush_interval=flush_interval)
-        # Revision -1: apply over whatever revision the journal has, if any.
-        self.gazctl("journals", "apply", input=spec.replace(
-            "\nreplication:", "\nrevision: -1\nreplication:", 1).encode())
+                                 compression=compression, flush_interval=flush_interval,
+                                 revision=-1)
+        self.gazctl("journals", "apply", input=spec.encode())
         if timeout is None:
             return self.journal_route(name)
         deadline = time.monotonic() + timeout
@@ -913,18 +691,18 @@ class GazetteCluster:
     def _log_path(self, name: str) -> Path:
         return self.log_dir / f"{name}.log"
 
-    def _previous_ports(self) -> list[int] | None:
-        """The ports of the last cluster in ``workdir``, if it had as many
-        brokers: reusing them keeps etcd's recorded peer URL valid."""
+    def _previous_ports(self) -> list[int]:
+        """The ports of the last cluster in ``workdir`` (etcd's, its peer port,
+        the brokers'), to be used again where free: then ``BROKER_ADDRESS``
+        stays valid across a stop and a start."""
         try:
             old = GazetteCluster.attach(self.workdir)
         except ClusterError:
-            return None
+            return []
         if old._etcd is not None and any(p.running for p in old.processes()):
             raise ClusterError(f"a cluster already runs in {self.workdir} "
                                f"(stop it first: exactly cluster stop --dir {self.workdir})")
-        if old.brokers != self.brokers or old._etcd is None:
-            return None
+        assert old._etcd is not None
         return [old._etcd.port, old._peer_port, *(b.port for b in old._brokers)]
 
     def _start_all(self, deadline: float) -> None:
@@ -960,11 +738,11 @@ class GazetteCluster:
     def _launch_etcd(self, proc: _Proc) -> None:
         peer = f"http://127.0.0.1:{self._peer_port}"
         self._spawn(proc, [
-            str(self.binaries.etcd), "--name", "default",
+            str(self.binaries.etcd), "--name", "exactly",
             "--data-dir", str(self.workdir / "etcd"),
             "--listen-client-urls", proc.address, "--advertise-client-urls", proc.address,
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"default={peer}",
+            "--initial-cluster", f"exactly={peer}",
             "--log-level", "warn" if self.log_level in ("warn", "error", "fatal") else "info",
         ], _child_env(["ETCD_"]))
 
@@ -984,13 +762,13 @@ class GazetteCluster:
         status = f" with status {rc}" if rc is not None else ""
         return ClusterStartError(
             f"{proc.name} exited{status} {what} (log: {log_path})",
-            process=proc.name, log_path=log_path, log_tail=_tail(log_path))
+            process=proc.name, log_path=log_path, log_tail=log_tail(log_path))
 
     def _timed_out(self, proc: _Proc, what: str) -> ClusterStartError:
         log_path = self._log_path(proc.name)
         return ClusterStartError(
             f"{proc.name} did not {what} in time (log: {log_path})",
-            process=proc.name, log_path=log_path, log_tail=_tail(log_path))
+            process=proc.name, log_path=log_path, log_tail=log_tail(log_path))
 
     def _wait_etcd(self, proc: _Proc, deadline: float) -> None:
         while True:
@@ -1056,8 +834,6 @@ class GazetteCluster:
                 if not _wait_dead(p, deadline - time.monotonic()):
                     _signal(p, signal.SIGKILL)
                     _wait_dead(p, 10.0)
-                elif p.popen is not None:
-                    p.popen.wait()
 
     def _revoke_member_lease(self, broker_id: str) -> None:
         key = f"{_MEMBERS_PREFIX}{_ZONE}#{broker_id}".encode()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -280,3 +281,18 @@ def test_go_program_rebuilt_only_when_sources_change(gazette_binaries: Binaries,
     assert second != first and not first.exists()
     assert subprocess.run([second], capture_output=True, text=True).stdout == "two\n"
     assert not list(src.glob("hello*")), "the build wrote into the sources"
+
+
+@pytest.mark.gazette
+@pytest.mark.slow
+def test_docs_python_example_runs(gazette_binaries: Binaries, tmp_path: Path) -> None:
+    """The Python example of docs/local-cluster.md runs as written, and leaves
+    no process behind."""
+    text = (ROOT / "docs" / "local-cluster.md").read_text()
+    code, = re.findall(r"```python\n(.*?)```", text, re.S)[:1]
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "b'{\"n\": 1}\\n'\n"
+    doc = json.loads((tmp_path / "my-cluster" / "cluster.json").read_text())
+    assert not any(pid_alive(p["pid"]) for p in [doc["etcd"], *doc["brokers"]])
