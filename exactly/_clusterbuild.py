@@ -89,7 +89,7 @@ def ensure_binaries(*, cache_dir: str | os.PathLike[str] | None = None,
     a build runs). Raises ``GoNotFoundError`` without ``go`` on PATH, and
     ``BuildError`` (with the tail of the build log) when a build fails.
     """
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache = (Path(cache_dir) if cache_dir is not None else default_cache_dir()).resolve()
     gazette_dir = cache / f"gazette-{GAZETTE_VERSION}"
     etcd_dir = cache / f"etcd-{ETCD_VERSION}"
     _build_pinned(
@@ -132,7 +132,7 @@ def build_go_program(src_dir: str | os.PathLike[str], name: str, *,
         if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum")):
             digest.update(b"\0" + str(path.relative_to(src)).encode() + b"\0")
             digest.update(path.read_bytes())
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    cache = (Path(cache_dir) if cache_dir is not None else default_cache_dir()).resolve()
     programs = cache / "go-programs"
     dest = programs / f"{name}-{digest.hexdigest()[:16]}"
     binary = dest / "bin" / name

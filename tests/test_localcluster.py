@@ -20,6 +20,7 @@ import pytest
 from exactly.localcluster import (
     Binaries,
     ClusterError,
+    ClusterStartError,
     GazctlError,
     GazetteCluster,
     GoNotFoundError,
@@ -296,3 +297,66 @@ def test_docs_python_example_runs(gazette_binaries: Binaries, tmp_path: Path) ->
     assert r.stdout == "b'{\"n\": 1}\\n'\n"
     doc = json.loads((tmp_path / "my-cluster" / "cluster.json").read_text())
     assert not any(pid_alive(p["pid"]) for p in [doc["etcd"], *doc["brokers"]])
+
+
+@pytest.mark.gazette
+def test_failed_start_reports_the_log_and_stops_all(gazette_binaries: Binaries,
+                                                    tmp_path: Path) -> None:
+    """A broker that cannot start: ClusterStartError names it with its log's
+    tail, and etcd, already running, is stopped."""
+    cluster = GazetteCluster(tmp_path / "c", brokers=1, binaries=gazette_binaries,
+                             log_level="chatty")
+    with pytest.raises(ClusterStartError) as err:
+        cluster.start(timeout=30)
+    assert err.value.process == "broker-0"
+    assert str(err.value).startswith("broker-0 exited with status ")
+    assert "chatty" in err.value.log_tail
+    assert err.value.log_path == cluster.log_dir / "broker-0.log"
+    doc = json.loads(cluster.state_file.read_text())
+    assert not pid_alive(doc["etcd"]["pid"])
+
+
+@pytest.mark.gazette
+def test_cluster_stops_when_its_process_exits(gazette_binaries: Binaries,
+                                              tmp_path: Path) -> None:
+    """A cluster left running by a Python process is stopped at its exit."""
+    code = (
+        "import sys\n"
+        "from exactly.localcluster import Binaries, GazetteCluster\n"
+        "b = Binaries(*sys.argv[2:5])\n"
+        "GazetteCluster(sys.argv[1], brokers=1, binaries=b).start()\n"
+    )
+    bins = [str(p) for p in (gazette_binaries.gazette, gazette_binaries.gazctl,
+                             gazette_binaries.etcd)]
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "c"), *bins],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "c" / "cluster.json").read_text())
+    pids = [doc["etcd"]["pid"], doc["brokers"][0]["pid"]]
+    assert not any(pid_alive(p) for p in pids)
+
+
+@pytest.mark.gazette
+def test_concurrent_builds_build_once(gazette_binaries: Binaries, tmp_path: Path) -> None:
+    """Two processes building the same program at once: one builds, the other
+    waits for it (or finds it built), and both get the same binary."""
+    src = tmp_path / "hello"
+    src.mkdir()
+    (src / "go.mod").write_text("module example.com/hello\n\ngo 1.22\n")
+    (src / "main.go").write_text("package main\n\nfunc main() {}\n")
+    code = (
+        "import sys\n"
+        "from exactly.localcluster import build_go_program\n"
+        "print(build_go_program(sys.argv[1], 'hello', cache_dir=sys.argv[2], progress=print))\n"
+    )
+    # Relative paths, on purpose: the build runs elsewhere (in the sources).
+    procs = [subprocess.Popen([sys.executable, "-c", code, "hello", "cache"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)})
+             for _ in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    paths = {out.splitlines()[-1] for out, _ in outs}
+    assert len(paths) == 1 and Path(paths.pop()).is_file()
+    lines = [line for out, _ in outs for line in out.splitlines()]
+    assert sum(line.startswith("building hello") for line in lines) == 1
