@@ -78,12 +78,21 @@ def _live_progress(config: pytest.Config) -> Callable[[str], None]:
 def gazette_binaries(request: pytest.FixtureRequest) -> Binaries:
     """The pinned gazette, gazctl and etcd binaries, built on first use and
     cached (see exactly.localcluster)."""
-    from exactly.localcluster import GAZETTE_VERSION, ClusterError, ensure_binaries
+    from exactly.localcluster import (
+        GAZETTE_VERSION,
+        ClusterError,
+        GoNotFoundError,
+        ensure_binaries,
+    )
 
     try:
         return ensure_binaries(progress=_live_progress(request.config))
+    except GoNotFoundError:
+        reason = (f"Gazette tests need Go to build gazette {GAZETTE_VERSION}: no `go` on PATH "
+                  "(Go 1.25 or newer, with cgo; see docs/local-cluster.md)")
     except ClusterError as exc:
-        _gazette_unavailable(f"Gazette tests need Go to build gazette {GAZETTE_VERSION}: {exc}")
+        reason = f"Gazette tests could not build gazette {GAZETTE_VERSION}: {exc}"
+    _gazette_unavailable(reason)
 
 
 @pytest.fixture(scope="session")
@@ -100,11 +109,14 @@ def gazette_cluster(gazette_binaries: Binaries,
     try:
         cluster.start()
     except ClusterError as exc:
-        _gazette_unavailable(f"the Gazette test cluster did not start: {exc}")
-    yield cluster
-    # No grace: brokers that hold journals would not exit on SIGTERM anyway,
-    # with no broker left to hand their journals to.
-    cluster.stop(grace=0.5)
+        reason = f"the Gazette test cluster did not start: {exc}"
+    else:
+        yield cluster
+        # A short grace: brokers that hold journals would not exit on SIGTERM,
+        # with no broker left to hand their journals to.
+        cluster.stop(grace=0.5)
+        return
+    _gazette_unavailable(reason)
 
 
 @pytest.fixture
@@ -127,7 +139,8 @@ def gazette_interop(request: pytest.FixtureRequest, gazette_binaries: Binaries) 
         return build_go_program(ROOT / "tests" / "gazette_interop", "gazette-interop",
                                 progress=_live_progress(request.config))
     except ClusterError as exc:
-        _gazette_unavailable(f"the Go interop program did not build: {exc}")
+        reason = f"the Go interop program did not build: {exc}"
+    _gazette_unavailable(reason)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -360,3 +360,17 @@ def test_concurrent_builds_build_once(gazette_binaries: Binaries, tmp_path: Path
     assert len(paths) == 1 and Path(paths.pop()).is_file()
     lines = [line for out, _ in outs for line in out.splitlines()]
     assert sum(line.startswith("building hello") for line in lines) == 1
+
+
+def test_public_names() -> None:
+    """exactly.localcluster's __all__ names only what exists, and its errors
+    form one tree under ClusterError."""
+    import exactly.localcluster as lc
+
+    for name in lc.__all__:
+        assert hasattr(lc, name), name
+    for err in (lc.BuildError, lc.GoNotFoundError, lc.ClusterStartError,
+                lc.ClusterNotFoundError, lc.GazctlError):
+        assert issubclass(err, lc.ClusterError)
+    assert issubclass(lc.GoNotFoundError, lc.BuildError)
+    assert (lc.GAZETTE_VERSION, lc.ETCD_VERSION) == ("v0.103.0", "v3.6.5")
