@@ -680,6 +680,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="small sizes: check they run")
     b.add_argument("--only", action="append", metavar="NAME", help="only this benchmark")
     b.set_defaults(func=cmd_bench)
+
+    from exactly._cluster_cmd import add_cluster_command
+
+    add_cluster_command(sub)
     return p
 
 

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+import os
+import re
+import secrets
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
+
+if TYPE_CHECKING:
+    from exactly.localcluster import Binaries, GazetteCluster
 
 
 @pytest.fixture(scope="session")
@@ -33,3 +40,113 @@ def read_loops(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     elif reader.SPEEDUPS is None:
         pytest.skip("message._speedups is not built here")
     return str(request.param)
+
+
+# -- a Gazette cluster -------------------------------------------------------------
+#
+# Tests that need Gazette's own binaries use `gazette_binaries`; tests that need
+# a running cluster use `gazette_cluster` (one per run, three brokers) with
+# `gazette_prefix` to name their journals. Both are built or started once per
+# run. Without Go (or when the cluster cannot start) those tests are skipped
+# with one line saying why, except under CI=true, where they fail.
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _gazette_unavailable(reason: str) -> NoReturn:
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason.splitlines()[0])
+
+
+def _live_progress(config: pytest.Config) -> Callable[[str], None]:
+    """Progress lines shown as they happen, even while pytest captures output
+    (a cold build of Gazette takes minutes: it must not look like a hang)."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+    reporter = config.pluginmanager.getplugin("terminalreporter")
+
+    def say(line: str) -> None:
+        if capman is None or reporter is None:
+            return
+        with capman.global_and_fixture_disabled():
+            reporter.write_line(f"[gazette] {line}")
+
+    return say
+
+
+@pytest.fixture(scope="session")
+def gazette_binaries(request: pytest.FixtureRequest) -> Binaries:
+    """The pinned gazette, gazctl and etcd binaries, built on first use and
+    cached (see exactly.localcluster)."""
+    from exactly.localcluster import (
+        GAZETTE_VERSION,
+        ClusterError,
+        GoNotFoundError,
+        ensure_binaries,
+    )
+
+    try:
+        return ensure_binaries(progress=_live_progress(request.config))
+    except GoNotFoundError:
+        reason = (f"Gazette tests need Go to build gazette {GAZETTE_VERSION}: no `go` on PATH "
+                  "(Go 1.25 or newer, with cgo; see docs/local-cluster.md)")
+    except ClusterError as exc:
+        reason = f"Gazette tests could not build gazette {GAZETTE_VERSION}: {exc}"
+    _gazette_unavailable(reason)
+
+
+@pytest.fixture(scope="session")
+def gazette_cluster(gazette_binaries: Binaries,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[GazetteCluster]:
+    """One Gazette cluster for the whole run: etcd and three brokers on
+    127.0.0.1, under pytest's temporary directory. Its ``address`` is a
+    broker URL for ``BROKER_ADDRESS``; name journals with ``gazette_prefix``.
+    A test that kills a broker should start it again (``start_broker``)."""
+    from exactly.localcluster import ClusterError, GazetteCluster
+
+    cluster = GazetteCluster(tmp_path_factory.mktemp("gazette-cluster"), brokers=3,
+                             binaries=gazette_binaries)
+    try:
+        cluster.start()
+    except ClusterError as exc:
+        reason = f"the Gazette test cluster did not start: {exc}"
+    else:
+        yield cluster
+        # A short grace: brokers that hold journals would not exit on SIGTERM,
+        # with no broker left to hand their journals to.
+        cluster.stop(grace=0.5)
+        return
+    _gazette_unavailable(reason)
+
+
+@pytest.fixture
+def gazette_prefix(gazette_cluster: GazetteCluster, request: pytest.FixtureRequest) -> str:
+    """A journal-name prefix of this test alone (``t/<test>-<random>/``), so
+    that tests sharing the session's cluster never collide. Also starts again
+    any broker of the cluster that an earlier test left dead."""
+    gazette_cluster.ensure_brokers()
+    name = re.sub(r"[^A-Za-z0-9_]+", "-", request.node.name).strip("-")[:60] or "test"
+    return f"t/{name}-{secrets.token_hex(4)}/"
+
+
+@pytest.fixture(scope="session")
+def gazette_interop(request: pytest.FixtureRequest, gazette_binaries: Binaries) -> Path:
+    """The Go program of tests/gazette_interop (publish and read with Gazette's
+    own `message` package), built on first use and whenever its sources change."""
+    from exactly.localcluster import ClusterError, build_go_program
+
+    try:
+        return build_go_program(ROOT / "tests" / "gazette_interop", "gazette-interop",
+                                progress=_live_progress(request.config))
+    except ClusterError as exc:
+        reason = f"the Go interop program did not build: {exc}"
+    _gazette_unavailable(reason)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test using a Gazette fixture carries the `gazette` marker, so that
+    `-m "not gazette"` leaves them out."""
+    gazette = {"gazette_binaries", "gazette_cluster", "gazette_prefix", "gazette_interop"}
+    for item in items:
+        if gazette & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.gazette)
