@@ -77,7 +77,7 @@ __all__ = [
     "DEFAULT_ETCD_LEASE",
     "Binaries",
     "ProcessInfo",
-    "JournalRoute",
+    "JournalBrokers",
     "GazetteCluster",
     "ensure_binaries",
     "build_go_program",
@@ -212,7 +212,7 @@ class ProcessInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class JournalRoute:
+class JournalBrokers:
     """The brokers serving a journal, by index in the cluster: its ``primary``
     (None while unassigned) and all ``members`` (primary included)."""
 
@@ -598,7 +598,7 @@ class GazetteCluster:
                        labels: Mapping[str, str | Sequence[str]] | None = None,
                        fragment_length: int = 1 << 20, compression: str = "NONE",
                        flush_interval: str | None = None,
-                       timeout: float | None = 30.0) -> JournalRoute:
+                       timeout: float | None = 30.0) -> JournalBrokers:
         """Create (or update) journal ``name`` with ``gazctl journals apply``
         (see ``journal_spec_yaml`` for the arguments; its fragments persist
         under ``fragment_root``), then wait until brokers serve it: a primary
@@ -610,10 +610,10 @@ class GazetteCluster:
                                  revision=-1)
         self.gazctl("journals", "apply", input=spec.encode())
         if timeout is None:
-            return self.journal_route(name)
+            return self.journal_brokers(name)
         deadline = time.monotonic() + timeout
         while True:
-            route = self.journal_route(name)
+            route = self.journal_brokers(name)
             if route.primary is not None and len(route.members) >= replication:
                 return route
             if time.monotonic() >= deadline:
@@ -621,7 +621,7 @@ class GazetteCluster:
                                    f"replicas after {timeout:g}s (route: {route})")
             time.sleep(0.02)
 
-    def journal_route(self, name: str) -> JournalRoute:
+    def journal_brokers(self, name: str) -> JournalBrokers:
         """Which brokers serve journal ``name`` now (``gazctl journals list``).
         Raises ``ClusterError`` if there is no such journal."""
         r = self.gazctl("journals", "list", "-l", f"name={name}", "-o", "json")
@@ -632,7 +632,7 @@ class GazetteCluster:
         members = tuple(self._broker_index(m.get("suffix", ""))
                         for m in route.get("members") or [])
         primary = route.get("primary", -1)
-        return JournalRoute(members[primary] if 0 <= primary < len(members) else None,
+        return JournalBrokers(members[primary] if 0 <= primary < len(members) else None,
                             members)
 
     def _broker_index(self, suffix: str) -> int:

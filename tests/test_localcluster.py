@@ -132,7 +132,7 @@ def test_killed_primary_is_replaced(gazette_cluster: GazetteCluster,
     c.kill_broker(route.primary)
     try:
         while True:
-            now = c.journal_route(name)  # asked of a broker that runs
+            now = c.journal_brokers(name)  # asked of a broker that runs
             if now.primary is not None and route.primary not in now.members \
                     and len(now.members) == 2:
                 break
