@@ -11,6 +11,7 @@ BENCHMARKS: tuple[str, ...] = (
     "bench_journal_io",
     "bench_framing",
     "bench_journal",
+    "bench_broker",
     "bench_spark",
     # Module names under ``benchmarks``, run in this order.
 )

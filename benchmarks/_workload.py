@@ -8,7 +8,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from journal import JournalSpec
+from journal import JournalClient, JournalSpec
 from message import Envelope, Flags, build_uuid, new_clock, new_producer_id
 
 NDJSON = "application/x-ndjson"
@@ -57,3 +57,60 @@ def envelopes(n: int, producers: int = 100, seed: int = 1, frame: int = 100) -> 
         out.append(Envelope(spec, offset, offset + frame, Msg(build_uuid(p, clocks[p], flags))))
         offset += frame
     return out
+
+
+def publish_mixed(client: JournalClient, journal: str, n: int, seed: int = 1) -> int:
+    """Publish about ``n`` NDJSON messages to ``journal`` (which must exist)
+    from 10 producers: 90% committed one by one, 10% in transactions of 1 to
+    4 messages, and 1% of the appends retried (the frame lands twice).
+    Returns the number of frames in the journal (ACKs and duplicates included)."""
+    from message import JsonDocument, Publisher
+
+    rng = random.Random(seed)
+    spec = client.get(journal)
+    pubs = [Publisher(client) for _ in range(10)]
+    frames = 0
+    i = 0
+
+    def to_journal(_msg: object) -> tuple[str, str]:
+        return spec.name, spec.content_type or ""
+
+    while i < n:
+        pub = pubs[rng.randrange(10)]
+        if rng.random() < 0.1:
+            for _ in range(rng.randint(1, 4)):
+                pub.publish_uncommitted(to_journal, JsonDocument(n=i, page=f"/p/{i % 97}"))
+                i += 1
+                frames += 1
+            for intent in pub.build_ack_intents():
+                client.append(intent.journal, intent.intent)
+                frames += 1
+        else:
+            doc = JsonDocument(n=i, page=f"/p/{i % 97}")
+            fut = pub.publish_committed(to_journal, doc)
+            i += 1
+            frames += 1
+            if rng.random() < 0.01:
+                fut.result()
+                with client.read(journal, fut.result().begin, fut.result().end) as r:
+                    client.append(journal, r.read())
+                frames += 1
+    client.flush()
+    return frames
+
+
+def copy_journal(
+    src: JournalClient, dst: JournalClient, journal: str, chunk: int = 4 << 20
+) -> None:
+    """Append ``journal``'s bytes in ``src`` to the same journal in ``dst``, in
+    pieces of about ``chunk`` bytes cut at newlines (NDJSON: whole frames)."""
+    with src.read(journal) as r:
+        data = r.read()
+    start = 0
+    while start < len(data):
+        end = data.rfind(b"\n", start, start + chunk) + 1
+        if end <= start:
+            end = data.index(b"\n", start) + 1
+        dst.append(journal, data[start:end])
+        start = end
+    dst.flush()

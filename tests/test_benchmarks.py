@@ -12,19 +12,31 @@ import pytest
 from benchmarks import BENCHMARKS
 from benchmarks._harness import Result, format_table
 
-# Benchmarks that start Spark run with the Spark tests.
+# Benchmarks that start Spark run with the Spark tests; the broker benchmark
+# starts a Gazette cluster, whose binaries the gazette fixtures provide.
 SPARK = {name for name in BENCHMARKS if "spark" in name}
+GAZETTE = {"bench_broker"}
 
 
-@pytest.mark.parametrize("name", sorted(set(BENCHMARKS) - SPARK))
-def test_benchmark_runs_at_small_scale(name: str) -> None:
-    """run(0.01) returns rows with positive figures and sane baselines."""
+def _check_runs(name: str) -> None:
     results = importlib.import_module(f"benchmarks.{name}").run(0.01)
     assert results and all(isinstance(r, Result) for r in results)
     for r in results:
         assert r.value > 0, r
         assert r.baseline is None or r.baseline > 0, r
     assert format_table(results).count("\n") == len(results) + 1
+
+
+@pytest.mark.parametrize("name", sorted(set(BENCHMARKS) - SPARK - GAZETTE))
+def test_benchmark_runs_at_small_scale(name: str) -> None:
+    """run(0.01) returns rows with positive figures and sane baselines."""
+    _check_runs(name)
+
+
+@pytest.mark.parametrize("name", sorted(GAZETTE))
+def test_broker_benchmark_runs_at_small_scale(name: str, gazette_binaries: object) -> None:
+    """The broker benchmark starts its own cluster and returns its rows."""
+    _check_runs(name)
 
 
 def test_bench_command_prints_a_table() -> None:
