@@ -509,3 +509,65 @@ def test_gazette_doc_example_runs(gazette_cluster: Any, tmp_path: Path) -> None:
         assert r.returncode == 0, r.stderr
         pages = "['/home', '/cart', '/pay']"
         assert f"embedded: {pages}" in r.stdout and f"cluster:  {pages}" in r.stdout
+
+
+_CRASHING_TXN = """
+import os, signal, sys
+from journal import GazetteClient
+from message import IntentLog, JsonDocument, Publisher, modulo_mapping, write_intents
+
+address, prefix, log_path, written = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+client = GazetteClient(address)
+parts = [client.get(f"{prefix}part-{i}") for i in range(2)]
+mapping = modulo_mapping(lambda d: d["k"], lambda: parts)
+pub = Publisher(client)
+for i in range(40):
+    pub.publish_uncommitted(mapping, JsonDocument(k=str(i), v=i))
+client.flush()
+intents = pub.build_ack_intents()
+log = IntentLog(log_path)
+log.save(intents)                          # durable: the transaction is decided
+write_intents(client, intents[:written])   # then the crash, part-way
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("written", [0, 1])
+def test_transaction_intents_recovered_after_sigkill(
+    gazette_cluster: Any, gazette_prefix: str, tmp_path: Path, written: int
+) -> None:
+    """A producer SIGKILLed after saving its ACK intents, having written none
+    or one of them: IntentLog.recover on the cluster commits the whole
+    transaction, each message read committed exactly once."""
+    import subprocess
+    import sys
+
+    from message import IntentLog
+
+    with GazetteClient(gazette_cluster.address) as c:
+        for i in range(2):
+            c.create(f"{gazette_prefix}part-{i}", NDJSON)
+    log_path = tmp_path / "intents.json"
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run(
+        [sys.executable, "-c", _CRASHING_TXN, gazette_cluster.address, gazette_prefix,
+         str(log_path), str(written)],
+        env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, timeout=120,
+    )
+    assert r.returncode == -9, r.stderr.decode()
+    parts = [f"{gazette_prefix}part-{i}" for i in range(2)]
+
+    def committed(c: GazetteClient) -> list[int]:
+        return sorted(
+            env.message["v"]
+            for p in parts
+            for env in ReadCommittedIter(c, p, lambda _s: JsonDocument())
+            if "v" in env.message
+        )
+
+    with GazetteClient(gazette_cluster.address) as c:
+        if written == 0:
+            assert committed(c) == []  # nothing acknowledged yet
+        assert IntentLog(log_path).recover(c) == 2
+        assert not log_path.exists()
+        assert committed(c) == list(range(40))
