@@ -19,7 +19,8 @@ import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from itertools import accumulate
+from functools import partial
+from itertools import accumulate, islice, repeat
 from typing import Final
 
 from ._errors import JournalClosedError, JournalError
@@ -31,6 +32,21 @@ from ._spec import AppendResult
 MAX_BATCH_BYTES: Final = 8 << 20
 #: An idle writer thread exits (releasing its resources) after this many seconds.
 IDLE_EXIT_SECONDS: Final = 5.0
+
+
+# AppendResult((journal, begin, end)) without the Python-level __new__ of a
+# NamedTuple: a batch's results are built by map() with no Python call each.
+_new_result: Final[Callable[[tuple[str, int, int]], AppendResult]] = partial(
+    tuple.__new__, AppendResult
+)
+
+
+def batch_results(journal: str, begin: int, data: list[bytes]) -> list[AppendResult]:
+    """The result of each append of ``data``, landed in order from ``begin``."""
+    bounds = list(accumulate(map(len, data), initial=begin))
+    # One item more in bounds than in data: zip stops at the shortest on purpose.
+    ends = islice(bounds, 1, None)
+    return list(map(_new_result, zip(repeat(journal), bounds, ends, strict=False)))
 
 
 class AppendQueue:

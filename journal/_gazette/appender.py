@@ -16,12 +16,12 @@ Sequencers drop the duplicates), but always whole.
 from __future__ import annotations
 
 from bisect import bisect_right
-from itertools import accumulate, islice, repeat
+from itertools import accumulate, islice
 from typing import TYPE_CHECKING, Final, cast
 
 import grpc
 
-from .._append_queue import AppendQueue
+from .._append_queue import AppendQueue, batch_results
 from .._errors import BrokerError, JournalError
 from .._spec import AppendResult
 from . import broker_pb2 as pb
@@ -66,8 +66,7 @@ class GazetteAppender(AppendQueue):
                 f" {commit.end - commit.begin} bytes, for an append of {size}",
                 status="OK", journal=journal,
             )
-        bounds = list(accumulate(map(len, data), initial=commit.begin))
-        return list(map(AppendResult, repeat(journal), bounds, islice(bounds, 1, None))), None
+        return batch_results(journal, commit.begin, data), None
 
 
 def _requests(journal: str, data: list[bytes]) -> Iterator[bytes]:
