@@ -382,12 +382,14 @@ class GazetteClient:
     def append(self, name: str, data: bytes | bytearray | memoryview) -> Future[AppendResult]:
         """Queue ``data`` for appending; the future resolves with the broker's
         committed offsets once every replica of the journal has the bytes."""
+        appender = self._appenders.get(name)
+        if appender is not None and type(data) is bytes and len(data) <= self.max_append_size:
+            return appender.submit(data)  # The common case, in as few steps as possible.
         if len(data) > self.max_append_size:
             raise AppendTooLargeError(name, len(data), self.max_append_size)
-        appender = self._appenders.get(name)
         if appender is None:
             appender = self._appender(name)
-        return appender.submit(data if type(data) is bytes else bytes(data))
+        return appender.submit(bytes(data))
 
     def read(
         self, name: str, offset: int = 0, end_offset: int | None = None, *, block: bool = False
