@@ -420,3 +420,23 @@ def test_journal_named_like_a_directory_of_the_cli(tmp_path: Path) -> None:
     ok(root, "append", ".intents", "--transaction", input='{"n": 2}\n')
     assert "2 frames, 2 committed" in ok(root, "inspect", ".intents")
     assert "t/j" in ok(root, "journals", "list")
+
+
+def test_read_skips_a_csv_line_whose_first_field_is_no_uuid(tmp_path: Path) -> None:
+    """One foreign line in a CSV journal is a corrupt frame: `read` names it in
+    one line, and `read --skip-corrupt` skips it and reads on."""
+    from journal import LocalJournalStore
+
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "c/j", "--content-type", "csv")
+    ok(root, "append", "c/j", input="a,1\n")
+    with LocalJournalStore(root) as store:
+        foreign = store.append("c/j", b"hello,world\n").result().begin
+    ok(root, "append", "c/j", input="b,2\n")
+    r = run(root, "read", "c/j")
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert "not a UUID" in r.stderr and f"offset {foreign}" in r.stderr
+    r = run(root, "read", "c/j", "--skip-corrupt")
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x)["message"][1:] for x in r.stdout.splitlines()] == [["a", "1"], ["b", "2"]]
+    assert "skipped 1 corrupt frame" in r.stderr
