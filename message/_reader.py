@@ -16,8 +16,10 @@ from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, Self, cast
 
 from framing import FramingError, TruncatedFrameError, framing_by_content_type
+from journal import CorruptJournalError
 
 from ._checkpoint import Checkpoint
+from ._damage import DamageSkippingReader
 from ._envelope import Envelope
 from ._errors import MustStartReplay
 from ._interfaces import NewMessageFunc
@@ -139,7 +141,11 @@ class ReadUncommittedIter(_EnvelopeIter):
 
     A frame that cannot be decoded raises its framing error, with
     ``.journal`` and ``.offset`` set; with ``skip_corrupt=True`` it is
-    skipped, logged and counted in :attr:`skipped` instead.
+    skipped, logged and counted in :attr:`skipped` instead. A damaged piece
+    of the journal (a fragment that does not match its name, one that is
+    missing) raises the client's ``journal.CorruptJournalError`` once the
+    frames before it are delivered; with ``skip_corrupt=True`` it is skipped
+    as a whole, logged, counted, and listed in :attr:`skipped_ranges`.
     """
 
     def __init__(
@@ -163,9 +169,16 @@ class ReadUncommittedIter(_EnvelopeIter):
         self._skip_corrupt = skip_corrupt
         self._quiet = False  # a replay: corrupt frames were reported already
         self.skipped = 0
+        #: Offsets ``[begin, end)`` of damaged pieces of the journal skipped
+        #: (with ``skip_corrupt``; each also counts in ``skipped``).
+        self.skipped_ranges: list[tuple[int, int]] = []
         self._start = offset
         self._last: Envelope | None = None
-        self._reader = client.read(journal, offset, end_offset, block=block)
+        self._reader: JournalReader = client.read(journal, offset, end_offset, block=block)
+        if skip_corrupt:
+            self._reader = DamageSkippingReader(
+                client, self._reader, end_offset, block, self._damaged
+            )
         bulk = hasattr(self._framing, "read_frames") and hasattr(self._framing, "unmarshal_frame")
         # The C loop, when built: the same steps as _generate.
         self._fast: Any = None
@@ -264,6 +277,18 @@ class ReadUncommittedIter(_EnvelopeIter):
         """Stop reading and release the journal reader."""
         self._gen.close()
         self._reader.close()  # if _gen never started, closing it did nothing
+
+    def _damaged(self, exc: CorruptJournalError, begin: int, end: int) -> None:
+        """Told by the reader that the journal's bytes ``[begin, end)`` are
+        damaged (a fragment that does not match its name, a missing one) and
+        are skipped: count and log it."""
+        self.skipped += 1
+        self.skipped_ranges.append((begin, end))
+        if not self._quiet:
+            log.warning(
+                "skipped damaged bytes of %s at offsets [%d, %d): %s",
+                self.spec.name, begin, end, exc.reason,
+            )
 
     def _corrupt(self, exc: FramingError, offset: int) -> None:
         exc_any: Any = exc
