@@ -5,7 +5,10 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench soak clean
+
+# `make soak MINUTES=30`: how long the fault loops run.
+MINUTES ?= 10
 
 # Re-installing also rebuilds the optional C extension (message/_speedups.c).
 $(STAMP): pyproject.toml setup.py message/_speedups.c
@@ -25,6 +28,9 @@ test: $(STAMP)            ## run the whole test suite
 
 bench: $(STAMP)           ## run every benchmark and print a table
 	$(BIN)/exactly bench
+
+soak: $(STAMP)            ## SIGKILL writers and consumers at random for MINUTES minutes (not in CI)
+	$(BIN)/python -m tests.soak --minutes $(MINUTES)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis message/*.so
