@@ -20,6 +20,8 @@ from typing import IO, Any, NoReturn
 
 import orjson
 
+from exactly import _fsck
+
 CONTENT_TYPES = {
     "ndjson": "application/x-ndjson",
     "json": "application/x-ndjson",
@@ -36,7 +38,7 @@ class UsageError(Exception):
 
 
 def _root(args: argparse.Namespace) -> Path:
-    return Path(args.root or os.environ.get("EXACTLY_ROOT") or "exactly-store")
+    return Path(getattr(args, "root", None) or os.environ.get("EXACTLY_ROOT") or "exactly-store")
 
 
 def _store(args: argparse.Namespace, *, must_exist: bool = True) -> Any:
@@ -178,18 +180,32 @@ def cmd_journals_create(args: argparse.Namespace) -> int:
 
 
 def cmd_journals_list(args: argparse.Namespace) -> int:
+    from journal import JournalError
+
+    damaged: list[str] = []
     with _store(args) as store:
         specs = store.list(args.selector or "")
         for spec in specs:
-            head = store.head(spec.name)
+            try:
+                head: int | None = store.head(spec.name)
+            except JournalError as exc:
+                # One damaged journal does not hide the others.
+                head = None
+                damaged.append(f"exactly: error: {exc}")
             if args.json:
                 doc = {"name": spec.name, "head": head, "labels": spec.labels.to_dict()}
                 print(orjson.dumps(doc).decode())
             else:
-                print(f"{spec.name}\t{spec.content_type or '-'}\t{head} bytes")
+                size = f"{head} bytes" if head is not None else "damaged"
+                print(f"{spec.name}\t{spec.content_type or '-'}\t{size}")
         if not specs and not args.json:
             print("no journals", file=sys.stderr)
-    return 0
+    for line in damaged:
+        print(line, file=sys.stderr)
+    if damaged:
+        print("exactly: `exactly fsck` says more; `exactly fsck --repair` repairs",
+              file=sys.stderr)
+    return 1 if damaged else 0
 
 
 def cmd_journals_trim(args: argparse.Namespace) -> int:
@@ -576,6 +592,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- fsck -------------------------------------------------------------------------
+
+
+def cmd_fsck(args: argparse.Namespace) -> int:
+    with _store(args) as client:
+        return _fsck.cmd_fsck(args, client)
+
+
 # -- demo and bench ---------------------------------------------------------------
 
 
@@ -612,34 +636,47 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
+def _store_options() -> _Parser:
+    """The options that say which journals a command works on. One parent
+    parser, shared by the top-level parser and by every subcommand that works
+    on journals, so that each is taken before the subcommand and after it.
+    Their default is to be absent: given before the subcommand, a value is
+    not overwritten by the subcommand's default."""
+    p = _Parser(add_help=False)
+    p.add_argument("--root", default=argparse.SUPPRESS,
+                   help="journal store directory (default: $EXACTLY_ROOT or ./exactly-store)")
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
+    common = [_store_options()]
     p = _Parser(
         prog="exactly",
         description="Exactly-once messaging over append-only journals.",
+        parents=common,
     )
-    p.add_argument("--root", help="journal store directory (default: $EXACTLY_ROOT or "
-                                  "./exactly-store)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    j = sub.add_parser("journals", help="create, list and trim journals")
+    j = sub.add_parser("journals", help="create, list and trim journals", parents=common)
     jsub = j.add_subparsers(dest="action", metavar="ACTION", required=True)
-    c = jsub.add_parser("create", help="create journals")
+    c = jsub.add_parser("create", help="create journals", parents=common)
     c.add_argument("names", nargs="+", metavar="NAME")
     c.add_argument("--content-type", "-t", default="ndjson",
                    help="ndjson (default), csv, proto, or a full content type")
     c.add_argument("--label", "-l", action="append", metavar="NAME=VALUE")
     c.set_defaults(func=cmd_journals_create)
-    ls = jsub.add_parser("list", help="list journals")
+    ls = jsub.add_parser("list", help="list journals", parents=common)
     ls.add_argument("--selector", "-s", help="label selector, e.g. 'topic=clicks'")
     ls.add_argument("--json", action="store_true", help="one JSON document per journal")
     ls.set_defaults(func=cmd_journals_list)
-    t = jsub.add_parser("trim", help="remove old fragments (retention)")
+    t = jsub.add_parser("trim", help="remove old fragments (retention)", parents=common)
     t.add_argument("name")
     t.add_argument("--before", type=int, metavar="OFFSET")
     t.add_argument("--older-than", metavar="DURATION", help="e.g. 7d, 12h")
     t.set_defaults(func=cmd_journals_trim)
 
-    a = sub.add_parser("append", help="publish stdin lines (JSON documents) to a journal")
+    a = sub.add_parser("append", help="publish stdin lines (JSON documents) to a journal",
+                       parents=common)
     a.add_argument("name")
     a.add_argument("--file", "-f", help="read from this file instead of stdin")
     a.add_argument("--format", choices=("json", "lines"), default="json",
@@ -649,7 +686,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="publish all lines as one transaction, committed at the end")
     a.set_defaults(func=cmd_append)
 
-    r = sub.add_parser("read", help="read messages as NDJSON with envelope metadata")
+    r = sub.add_parser("read", help="read messages as NDJSON with envelope metadata",
+                       parents=common)
     r.add_argument("name")
     mode = r.add_mutually_exclusive_group()
     mode.add_argument("--committed", action="store_true", help="committed only (default)")
@@ -664,11 +702,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_read)
 
     i = sub.add_parser("inspect", help="producers and open transactions of a journal, "
-                                       "or what a checkpoint holds")
+                                       "or what a checkpoint holds", parents=common)
     i.add_argument("name", nargs="?")
     i.add_argument("--checkpoint", metavar="FILE", help="a checkpoint (JSON or protobuf)")
     i.add_argument("--proto", help="protobuf message class (module.Class) of a proto journal")
     i.set_defaults(func=cmd_inspect)
+
+    _fsck.add_parser(sub, common).set_defaults(func=cmd_fsck)
 
     d = sub.add_parser("demo", help="run the demo pipeline end to end on a local store")
     d.add_argument("--store", default="demo-store", help="store directory (default ./demo-store)")

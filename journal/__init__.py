@@ -21,6 +21,7 @@ docs/journal-store.md) and ``MemoryJournalClient`` (for tests).
 AppendResult(journal='events/part-000', begin=0, end=9) b'{"n": 1}\n'
 """
 
+from ._check import JournalProblem as JournalProblem
 from ._errors import AppendTooLargeError as AppendTooLargeError
 from ._errors import CorruptJournalError as CorruptJournalError
 from ._errors import InvalidJournalNameError as InvalidJournalNameError
@@ -58,6 +59,7 @@ __all__ = [
     "validate_journal_name",
     "AppendResult",
     "Fragment",
+    "JournalProblem",
     "CONTENT_TYPE_LABEL",
     # Contracts
     "JournalClient",

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Final, Self, final
 
+from ._check import JournalProblem, check_journal, quarantine_files
 from ._errors import (
     AppendTooLargeError,
     CorruptJournalError,
@@ -377,6 +378,23 @@ class LocalJournalStore:
             finally:
                 os.close(fd)
         return frags
+
+    def check(self, name: str, *, repair: bool = False) -> builtins.list[JournalProblem]:
+        """Check every file of journal ``name``: the commit record, each sealed
+        fragment (size and SHA-1), the open fragment, fragments missing
+        between kept ones, files that do not belong. Returns the problems
+        found (empty: all is well).
+
+        With ``repair``, under the journal's lock, makes the journal readable
+        and writable again while keeping every intact byte: damaged pieces
+        are moved to quarantine files beside the journal, never deleted, and
+        readers skip their offsets with a warning; offsets are never given
+        out again. Each problem then says what was done (``.repair``)."""
+        return check_journal(self._dir(name), repair=repair)
+
+    def quarantined(self, name: str) -> builtins.list[str]:
+        """Paths of the journal's quarantine files (damaged bytes moved aside), sorted."""
+        return builtins.list(quarantine_files(self._dir(name)))
 
     # JournalClient -----------------------------------------------------------
 

@@ -12,7 +12,7 @@ import io
 import logging
 import os
 from collections import deque
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, Self, cast
 
 from framing import FramingError, TruncatedFrameError, framing_by_content_type
@@ -146,6 +146,8 @@ class ReadUncommittedIter(_EnvelopeIter):
     missing) raises the client's ``journal.CorruptJournalError`` once the
     frames before it are delivered; with ``skip_corrupt=True`` it is skipped
     as a whole, logged, counted, and listed in :attr:`skipped_ranges`.
+    ``on_skip(error)``, if given, is told of each skipped frame or piece
+    instead of the log (the error has ``.journal`` and ``.offset``).
     """
 
     def __init__(
@@ -158,6 +160,7 @@ class ReadUncommittedIter(_EnvelopeIter):
         end_offset: int | None = None,
         block: bool = False,
         skip_corrupt: bool = False,
+        on_skip: Callable[[Exception], None] | None = None,
     ) -> None:
         self.spec: JournalSpec = client.get(journal)
         try:
@@ -167,6 +170,7 @@ class ReadUncommittedIter(_EnvelopeIter):
             raise
         self._new_message = new_message
         self._skip_corrupt = skip_corrupt
+        self._on_skip = on_skip
         self._quiet = False  # a replay: corrupt frames were reported already
         self.skipped = 0
         #: Offsets ``[begin, end)`` of damaged pieces of the journal skipped
@@ -263,8 +267,8 @@ class ReadUncommittedIter(_EnvelopeIter):
         so its bytes are not what the framing says."""
         tracker = self._tracker
         assert tracker is not None
-        offset = tracker.base + (exc.offset or 0) if not tracker.jumps else -1
-        self._corrupt(exc, offset)
+        pos = exc.offset or 0  # where the partial frame began in the stream
+        self._corrupt(exc, tracker.base_at(pos) + pos)
 
     @property
     def offset(self) -> int:
@@ -284,7 +288,11 @@ class ReadUncommittedIter(_EnvelopeIter):
         are skipped: count and log it."""
         self.skipped += 1
         self.skipped_ranges.append((begin, end))
-        if not self._quiet:
+        if self._quiet:
+            return
+        if self._on_skip is not None:
+            self._on_skip(exc)
+        else:
             log.warning(
                 "skipped damaged bytes of %s at offsets [%d, %d): %s",
                 self.spec.name, begin, end, exc.reason,
@@ -298,7 +306,11 @@ class ReadUncommittedIter(_EnvelopeIter):
             exc.add_note(f"in journal {self.spec.name} at offset {offset}")
             raise exc
         self.skipped += 1
-        if not self._quiet:
+        if self._quiet:
+            return
+        if self._on_skip is not None:
+            self._on_skip(exc)
+        else:
             log.warning(
                 "skipped a corrupt frame of %s at offset %d: %s", self.spec.name, offset, exc
             )
