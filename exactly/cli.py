@@ -34,6 +34,11 @@ class UsageError(Exception):
     """A mistake of the user's, reported as one line."""
 
 
+def _count(n: int, thing: str, things: str | None = None) -> str:
+    """``1 message``, ``2 messages``: a count in plain English."""
+    return f"{n:,} {thing if n == 1 else (things or thing + 's')}"
+
+
 # -- helpers ----------------------------------------------------------------------
 
 
@@ -164,19 +169,47 @@ def cmd_journals_create(args: argparse.Namespace) -> int:
         labels.setdefault(key, []).append(value)
     if "content-type" in labels:
         raise UsageError("give the content type with --content-type, not as a label")
-    ct = CONTENT_TYPES.get(args.content_type, args.content_type)
-    if not ct.strip():
-        raise UsageError("--content-type cannot be empty (ndjson, csv, proto, or a full type)")
+    ct = _content_type(args.content_type)
     labels["content-type"] = [ct]
     root = _root(args)
     if root.exists() and not root.is_dir():
         raise UsageError(f"the store {root} is not a directory")
     root.mkdir(parents=True, exist_ok=True)
+    from journal import JournalNotFoundError
+
     with _store(args) as store:
         for name in args.names:
-            spec = store.create(name, labels)
-            print(f"created {spec.name} ({spec.content_type})")
+            try:
+                existed = store.get(name) is not None
+            except JournalNotFoundError:
+                existed = False
+            spec = store.create(name, labels)  # other labels: JournalExistsError
+            if existed:
+                print(f"{spec.name} already exists ({spec.content_type}): left as it is")
+            else:
+                print(f"created {spec.name} ({spec.content_type})")
     return 0
+
+
+def _content_type(text: str) -> str:
+    """The content type that ``--content-type`` names (a short name or a full
+    type), refused unless a framing knows it: journals of another type could
+    be created, but neither appended to nor read."""
+    from framing import framing_by_content_type, registered_content_types
+
+    if not text.strip():
+        raise UsageError("--content-type cannot be empty (ndjson, csv, proto, or a full type)")
+    ct = CONTENT_TYPES.get(text, text)
+    try:
+        framing_by_content_type(ct)
+    except ValueError:
+        short = {v: k for k, v in reversed(CONTENT_TYPES.items())}
+        known = ", ".join(
+            f"{short[c]} ({c})" if c in short else c for c in registered_content_types()
+        )
+        raise UsageError(f"unknown content type {text!r}: no framing reads it; use one of"
+                         f" {known}") from None
+    return ct
 
 
 def cmd_journals_list(args: argparse.Namespace) -> int:
@@ -216,7 +249,8 @@ def cmd_journals_trim(args: argparse.Namespace) -> int:
         before = store.fragments(args.name)
         first = store.trim(args.name, before_offset=args.before, older_than=older)
         removed = len(before) - len(store.fragments(args.name))
-        print(f"{args.name}: removed {removed} fragments; first readable offset is now {first}")
+        print(f"{args.name}: removed {_count(removed, 'fragment')}; first readable offset is"
+              f" now {first}")
         if not removed:
             print("  (only whole sealed fragments are removed, never the one being written)",
                   file=sys.stderr)
@@ -242,7 +276,7 @@ def _decode_line(n: int, line: bytes) -> str:
     try:
         return line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"line {n}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise UsageError(f"line {n} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def _csv_records(lines: Iterator[bytes]) -> Iterator[tuple[int, list[str]]]:
@@ -294,6 +328,7 @@ def _input_messages(spec: Any, lines: Iterator[bytes], fmt: str) -> Iterator[tup
             if _LONG_DIGITS.search(line):
                 json.loads(line, parse_int=_check_int)
         except orjson.JSONDecodeError as exc:
+            _decode_line(n, line)  # bytes that are not text: say so first
             raise UsageError(f"line {n}: not a JSON document ({exc})") from None
         except UsageError as exc:
             raise UsageError(f"line {n}: {exc}") from None
@@ -351,7 +386,8 @@ def _recover_intents(root: Path, store: Any) -> None:
     for path in logs:
         n = IntentLog(path).recover(store)
         if n:
-            print(f"finished an interrupted transaction: wrote {n} ACK intent(s) from {path}",
+            print(f"finished an interrupted transaction: wrote {_count(n, 'ACK intent')} from"
+                  f" {path}",
                   file=sys.stderr)
 
 
@@ -451,13 +487,24 @@ def cmd_append(args: argparse.Namespace) -> int:
                 store.flush()
                 progress.done()
                 what = ("the transaction is rolled back" if args.transaction
-                        else f"{count} messages appended")
+                        else f"{_count(count, 'message')} appended")
                 print(f"exactly: interrupted: {what}", file=sys.stderr)
                 return 130
+            except UsageError as exc:
+                # A bad line stops the input: say what became of the lines before it.
+                store.flush()
+                if args.transaction:
+                    raise UsageError(f"{exc}; the transaction is rolled back: nothing of this"
+                                     " input was published") from None
+                done = (f"{_count(count, 'message was', 'messages were')} published before it"
+                        if count else "nothing was published")
+                raise UsageError(f"{exc}; {done} (--transaction publishes all the lines or"
+                                 " none)") from None
             store.flush()
             head = store.head(spec.name)
         progress.done()
-        print(f"appended {count} messages to {spec.name} (now {head} bytes)", file=sys.stderr)
+        print(f"appended {_count(count, 'message')} to {spec.name} (now {head:,} bytes)",
+              file=sys.stderr)
     finally:
         progress.done()
         if args.file:
@@ -512,7 +559,11 @@ def cmd_read(args: argparse.Namespace) -> int:
         finally:
             it.close()
         if it.skipped:
-            print(f"skipped {it.skipped} corrupt frames", file=sys.stderr)
+            ranges = it.skipped_ranges
+            frames = it.skipped - len(ranges)
+            parts = [_count(frames, "corrupt frame")] if frames else []
+            parts += [f"damaged offsets [{b}, {e})" for b, e in ranges]
+            print(f"skipped {', '.join(parts)}", file=sys.stderr)
     return 0
 
 

@@ -376,8 +376,13 @@ class ReadCommittedIter(_EnvelopeIter):
 
     @property
     def skipped(self) -> int:
-        """Corrupt frames skipped (with ``skip_corrupt=True``)."""
+        """Corrupt frames and damaged pieces skipped (with ``skip_corrupt=True``)."""
         return self._uncommitted.skipped
+
+    @property
+    def skipped_ranges(self) -> list[tuple[int, int]]:
+        """Offsets ``[begin, end)`` of the damaged pieces of the journal skipped."""
+        return self._uncommitted.skipped_ranges
 
     def _generate(self) -> Generator[Envelope, None, None]:
         for env in self._uncommitted:
