@@ -140,7 +140,7 @@ def run_demo(store: Path | None = None, *, out: TextIO = sys.stdout) -> int:
     _say(out, t0, "Spark is up; reading committed clicks")
     opts = {"root": str(journals), "selector": "app=clicks",
             "schema": "session string, page string, ms long"}
-    committed = spark.read.format("journal").options(**opts, include_acks="false").load()
+    committed = spark.read.format("journal").options(**opts).load()  # no ACK rows
     committed = committed.cache()
     views = committed.where(F.col("page").isNotNull())
     per_page = views.groupBy("page").count()
