@@ -12,9 +12,12 @@ MINUTES ?= 10
 
 # Re-installing also rebuilds the optional C extension (message/_speedups.c).
 $(STAMP): pyproject.toml setup.py message/_speedups.c
+	@echo "Setting up $(VENV): installing PySpark, pyarrow and the other dependencies."
+	@echo "The first time, this downloads about 400 MB: a minute or more. Progress below."
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[spark,test]'
+	$(BIN)/pip install -e '.[spark,test]'
+	@echo "$(VENV) is ready."
 	touch $(STAMP)
 
 demo: $(STAMP)            ## run the demo pipeline on the embedded journal store
