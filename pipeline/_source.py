@@ -29,6 +29,9 @@ Options (all strings, as Spark passes them):
                        ``true``: rows are exactly what a Sequencer emits. Read
                        uncommitted returns every frame, ACKs included
 =====================  ==========================================================
+
+A content field named like a metadata column (``uuid``, ``begin``, ...) is
+the column ``content_<name>`` (see ``content_columns``).
 """
 
 from __future__ import annotations
@@ -57,7 +60,12 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
 from pyspark.sql.types import StructType
 
-from framing import CONTENT_TYPE_CSV, CONTENT_TYPE_JSON_LINES, CONTENT_TYPE_PROTO_FIXED
+from framing import (
+    CONTENT_TYPE_CSV,
+    CONTENT_TYPE_JSON_LINES,
+    CONTENT_TYPE_PROTO_FIXED,
+    registered_content_types,
+)
 from journal import JournalNotFoundError, JournalSpec, LocalJournalStore
 
 from ._content import META_DDL, META_FIELDS, META_NAMES, ContentSpec, proto_content_ddl
@@ -413,7 +421,13 @@ def _create_target_journal(options: Mapping[str, str]) -> None:
             store.get(journal)
         except JournalNotFoundError:
             ct = options.get("content_type") or CONTENT_TYPE_JSON_LINES
-            store.create(journal, {"content-type": _CONTENT_TYPES.get(ct, ct)})
+            ct = _CONTENT_TYPES.get(ct, ct)
+            if ct not in registered_content_types():
+                raise ValueError(
+                    f"content_type {options.get('content_type')!r}: no framing writes it;"
+                    f" use ndjson, csv or proto"
+                ) from None
+            store.create(journal, {"content-type": ct})
 
 
 _CONTENT_TYPES: Final = {
