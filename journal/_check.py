@@ -470,6 +470,7 @@ class _Checker:
                 _marker(self.jd, end, at)
             begin, committed = at, cut
             break
+        listing.quarantined = _list(self.jd).quarantined  # what was just set aside
         rec = CommitRecord(1, begin, begin + committed)
         body = bytearray(RECORD_SIZE)
         body[slot_offset(rec.seq) : slot_offset(rec.seq) + SLOT_SIZE] = pack_slot(rec)

@@ -230,3 +230,21 @@ def test_check_of_the_library_and_read_check_of_any_client(tmp_path: Path) -> No
         client.append("m/j", b"{broken\n").result()
         (p,) = check_readable(client, "m/j")
         assert (p.journal, p.offset, p.end_offset) == ("m/j", 35, 43)
+
+
+def test_a_record_rebuilt_past_a_missing_piece_records_the_loss_once(tmp_path: Path) -> None:
+    """No valid record, and the open fragment begins after a gap: the record is
+    rebuilt at the open fragment, the gap recorded once; a second check is clean."""
+    root = tmp_path / "store"
+    _journal(root, "g/j", 7)  # sealed [0, 105), [105, 210); open [210, 245)
+    jdir = _jdir(root, "g/j")
+    frags = sorted(jdir.glob("*.raw"))
+    frags[-1].unlink()  # the last sealed fragment, right before the open one
+    os.unlink(jdir / "@commit")
+    with LocalJournalStore(root) as s:
+        problems = s.check("g/j", repair=True)
+        assert [p.repair is not None for p in problems] == [True] * len(problems)
+        assert len([p for p in s.quarantined("g/j") if "missing" in p]) == 1
+        assert s.check("g/j") == []
+        assert s.append("g/j", _doc(9)).result().begin == 245
+    assert _numbers(root, "g/j") == [0, 1, 2, 6, 9]
