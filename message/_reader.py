@@ -98,6 +98,26 @@ class _OffsetTracker:
         return data
 
 
+class _StreamOf(io.RawIOBase):
+    """The bytes an _OffsetTracker reads, as a raw stream whose position
+    counts the bytes returned (for io.BufferedReader)."""
+
+    def __init__(self, tracker: _OffsetTracker) -> None:
+        super().__init__()
+        self._tracker = tracker
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._tracker.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def tell(self) -> int:
+        return self._tracker.pos
+
+
 class _Steps(Protocol):
     """What runs an iteration: a generator, or one of the C loops."""
 
@@ -194,27 +214,31 @@ class ReadUncommittedIter(_EnvelopeIter):
             self._gen = self._generate() if bulk else self._generate_per_frame()
 
     def _generate_per_frame(self) -> Generator[Envelope, None, None]:
-        """For a framing with only the Framing protocol's new_unmarshal_func:
-        frame offsets come from the buffered reader's position, which is the
-        journal offset (it follows retention jumps too)."""
+        """For a framing with only the Framing protocol's new_unmarshal_func.
+        It reads a continuous stream (positions); the tracker maps them to
+        journal offsets, which jump over what retention removed or what was
+        skipped as damaged. (The buffered reader's own position could not:
+        it is taken before the read that meets a jump.)"""
         spec, new_message = self.spec, self._new_message
-        r = io.BufferedReader(cast(io.RawIOBase, self._reader))
+        tracker = self._tracker = _OffsetTracker(self._reader)
+        r = io.BufferedReader(_StreamOf(tracker))
         unmarshal = self._framing.new_unmarshal_func(r)
         try:
             while True:
-                begin = r.tell()
+                pos = r.tell()
                 msg = new_message(spec)
                 try:
                     unmarshal(msg)
                 except EOFError:
                     return
                 except TruncatedFrameError as exc:
-                    self._corrupt(exc, begin)
+                    self._corrupt(exc, tracker.base_at(pos) + pos)
                     return
                 except FramingError as exc:
-                    self._corrupt(exc, begin)
+                    self._corrupt(exc, tracker.base_at(pos) + pos)
                     continue
-                env = self._last = Envelope(spec, begin, r.tell(), msg)
+                base = tracker.base_at(pos)
+                env = self._last = Envelope(spec, base + pos, base + r.tell(), msg)
                 yield env
         finally:
             self._reader.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -558,3 +559,29 @@ def test_counts_are_plain_english(tmp_path: Path) -> None:
     out = ok(tmp_path / "demo", "demo", "--quick", "--store", str(tmp_path / "demo"))
     assert "(True)" not in out and "(False)" not in out
     assert "still pending:    carol's transaction: never acknowledged" in out
+
+
+def test_read_a_journal_with_a_damaged_fragment(tmp_path: Path) -> None:
+    """A fragment cut short in the middle: `read` prints the messages before it
+    and one error line naming it; `read --skip-corrupt` reads on after it."""
+    from journal import LocalJournalStore
+    from message import JsonDocument, Publisher
+
+    root = tmp_path / "store"
+    with LocalJournalStore(root, fragment_size=150) as store:
+        store.create("d/j", {"content-type": "application/x-ndjson"})
+        pub = Publisher(store)
+        for i in range(12):
+            pub.publish_committed(lambda _m: ("d/j", "application/x-ndjson"),
+                                  JsonDocument(n=i)).result()
+        victim = store.fragments("d/j")[1]
+    os.truncate(victim.path, 10)
+    r = run(root, "read", "d/j")
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert Path(victim.path).name in r.stderr and f"[{victim.begin}, {victim.end})" in r.stderr
+    before = [json.loads(x)["end"] for x in r.stdout.splitlines()]
+    assert before and before[-1] == victim.begin
+    r = run(root, "read", "d/j", "--skip-corrupt")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[-1])["message"]["n"] == 11
+    assert f"damaged offsets [{victim.begin}, {victim.end})" in r.stderr

@@ -338,3 +338,42 @@ def test_temporary_files_are_created_exclusively(
         assert s.append("j", b"x\n").result().end == 2
         assert s.get("j").content_type == "application/x-ndjson"
     assert victim.read_bytes() == b"precious"
+
+
+class _PerFrame:
+    """A framing with only the Framing protocol's per-frame decoding."""
+
+    content_type = "application/x-test-per-frame"
+
+    def marshal(self, msg: object) -> bytes:
+        from framing import framing_by_content_type
+
+        return framing_by_content_type("application/x-ndjson").marshal(msg)
+
+    def new_unmarshal_func(self, r: object) -> object:
+        from framing import framing_by_content_type
+
+        return framing_by_content_type("application/x-ndjson").new_unmarshal_func(r)  # type: ignore[arg-type]
+
+
+def test_per_frame_framings_skip_damage_and_retention_with_true_offsets(tmp_path: Path) -> None:
+    """A framing without bulk decoding: envelopes after a skipped damaged fragment,
+    or after what retention removed, carry their real offsets."""
+    from framing import register_framing
+
+    register_framing(_PerFrame())  # type: ignore[arg-type]
+    with LocalJournalStore(tmp_path, fragment_size=50) as s:
+        s.create("pf", {"content-type": _PerFrame.content_type})
+        ends = [s.append("pf", b'{"n": %d, "pad": "xxxxxxxxxxxxxx"}\n' % i).result()
+                for i in range(10)]
+        damaged = s.fragments("pf")[2]
+        os.truncate(damaged.path, 3)
+        it = ReadUncommittedIter(s, "pf", _new, skip_corrupt=True)
+        got = [(e.begin, e.end, e.message["n"]) for e in it]
+        assert got == [(r.begin, r.end, n) for n, r in enumerate(ends)
+                       if not damaged.begin <= r.begin < damaged.end]
+        assert it.skipped_ranges == [(damaged.begin, damaged.end)]
+        s.trim("pf", before_offset=damaged.begin)
+        got = [(e.begin, e.message["n"]) for e in ReadUncommittedIter(s, "pf", _new,
+                                                                      skip_corrupt=True)]
+        assert got == [(r.begin, n) for n, r in enumerate(ends) if r.begin >= damaged.end]
