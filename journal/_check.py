@@ -33,6 +33,7 @@ import contextlib
 import hashlib
 import io
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final
@@ -82,6 +83,8 @@ _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 # A name component is at most 255 bytes: quarantined foreign names are cut.
 _MAX_NAME: Final = 240
+# Listings retried while writers seal (each retry follows a seal).
+_ATTEMPTS: Final = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,9 +211,15 @@ class _Checker:
             self.spec = read_spec(self.jd)
         except CorruptJournalError as exc:
             self.problem(SPEC_FILE, exc.reason + " (not repaired: its labels are unknown)")
-        listing = _list(self.jd)
+        # Without the lock, writers may seal meanwhile: a listing is taken
+        # between two reads of the record that agree on the open fragment.
+        for _ in range(_ATTEMPTS):
+            raw = _read_commit(self.jd)
+            listing = _list(self.jd)
+            if self.repair or _open_begin(raw) == _open_begin(_read_commit(self.jd)):
+                break
         self.foreign(listing)
-        rec = self.record()
+        rec = self.record(raw)
         self.sealed(listing)
         rec = self.overlaps(listing, rec)
         rec = self.open_fragment(listing, rec) if rec is not None else self.rebuild(listing)
@@ -228,17 +237,11 @@ class _Checker:
                 repair = "moved to " + os.path.basename(quarantine_file(self.jd, base, name))
             self.problem(base, "a file that does not belong in a journal directory", repair=repair)
 
-    def record(self) -> CommitRecord | None:
-        try:
-            fd = os.open(self.jd.commit_path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
-        except FileNotFoundError:
+    def record(self, raw: bytes | None) -> CommitRecord | None:
+        if raw is None:
             self.record_problem = len(self.problems)
             self.problem(COMMIT_FILE, "the commit record is missing")
             return None
-        try:
-            raw = os.pread(fd, RECORD_SIZE, 0)
-        finally:
-            os.close(fd)
         rec = parse_record(raw)
         if rec is None:
             self.record_problem = len(self.problems)
@@ -393,7 +396,8 @@ class _Checker:
         committed = rec.end - rec.begin
         base = open_name(rec.begin)
         if rec.begin not in listing.opens:
-            sealed_done = any(p.begin == rec.begin and p.end == rec.end for p in listing.sealed)
+            # Sealed, and the record not yet updated (a crash, or a writer at work).
+            sealed_done = any(p.begin == rec.begin and p.end >= rec.end for p in listing.sealed)
             covered = _through(listing.quarantined, rec.begin) >= rec.end
             if committed and not sealed_done and not covered:
                 repair = None
@@ -406,7 +410,10 @@ class _Checker:
                 )
             return rec
         path = self.jd.file(base)
-        size = os.stat(path, follow_symlinks=False).st_size
+        try:
+            size = os.stat(path, follow_symlinks=False).st_size
+        except FileNotFoundError:
+            return rec  # sealed since listed (a check holds no lock)
         if size >= committed:
             return rec
         repair = None
@@ -531,6 +538,23 @@ class _Checker:
             os.close(fd)
 
 
+def _read_commit(jd: JournalDir) -> bytes | None:
+    """The commit record file's bytes, None if there is none."""
+    try:
+        fd = os.open(jd.commit_path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    try:
+        return os.pread(fd, RECORD_SIZE, 0)
+    finally:
+        os.close(fd)
+
+
+def _open_begin(raw: bytes | None) -> int | None:
+    rec = parse_record(raw) if raw is not None else None
+    return rec.begin if rec is not None else None
+
+
 def _with_repair(p: JournalProblem, repair: str) -> JournalProblem:
     return JournalProblem(p.journal, p.path, p.offset, p.end_offset, p.reason, repair)
 
@@ -575,7 +599,18 @@ def check_journal(jd: JournalDir, *, repair: bool = False) -> list[JournalProble
     """Every problem of the journal's files (see the module docstring); with
     ``repair``, repaired under the journal's lock."""
     if not repair:
-        return _Checker(jd, False).run()
+        # Without the lock, a writer sealing meanwhile can make a listing miss
+        # a file being renamed: a problem is reported once two checks agree.
+        problems = _Checker(jd, False).run()
+        for _ in range(_ATTEMPTS):
+            if not problems:
+                break
+            time.sleep(0.01)
+            again = _Checker(jd, False).run()
+            if again == problems:
+                break
+            problems = again
+        return problems
     with locked(jd):
         return _Checker(jd, True).run()
 

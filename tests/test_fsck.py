@@ -248,3 +248,34 @@ def test_a_record_rebuilt_past_a_missing_piece_records_the_loss_once(tmp_path: P
         assert s.check("g/j") == []
         assert s.append("g/j", _doc(9)).result().begin == 245
     assert _numbers(root, "g/j") == [0, 1, 2, 6, 9]
+
+
+def test_check_beside_a_busy_writer_finds_nothing(tmp_path: Path) -> None:
+    """A check takes no lock: appends and seals happening meanwhile are not problems."""
+    import threading
+    import time
+
+    root = tmp_path / "store"
+    _journal(root, "busy/j", 1, fragment_size=200)
+    stop = threading.Event()
+
+    def write() -> None:
+        with LocalJournalStore(root, fragment_size=200) as s:
+            i = 0
+            while not stop.is_set():
+                s.append("busy/j", _doc(i)).result()
+                i += 1
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        deadline = time.monotonic() + 2.0
+        checks = 0
+        with LocalJournalStore(root) as s:
+            while time.monotonic() < deadline:
+                assert s.check("busy/j") == []
+                checks += 1
+    finally:
+        stop.set()
+        writer.join()
+    assert checks > 5
