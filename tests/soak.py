@@ -181,9 +181,12 @@ class Soak:
         cmd = [sys.executable, script, *args] if script else [
             sys.executable, "-m", "tests.soak", *args
         ]
+        # Unbuffered: the "ready" line is read alone, and communicate() then
+        # reads the rest from the pipe itself; a buffered reader would keep
+        # (and lose) what it had read ahead, and could split a line in two.
         return subprocess.Popen(
             cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=subprocess.PIPE, bufsize=0,
         )
 
     def _kill(self, proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
