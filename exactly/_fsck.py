@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import os
 import sys
@@ -74,7 +75,10 @@ def cmd_fsck(args: argparse.Namespace, client: JournalClient, out: Any = None) -
                 continue
         if not problems or args.repair:
             # Damaged files make reads fail too: say so once, by the files.
-            problems += check_readable(client, name)
+            readable = check_readable(client, name)
+            if isinstance(client, LocalJournalStore) and readable:
+                readable = _with_files(client, name, readable)
+            problems += readable
         for problem in problems:
             print(problem, file=out)
         found += len(problems)
@@ -90,6 +94,24 @@ def cmd_fsck(args: argparse.Namespace, client: JournalClient, out: Any = None) -
     checked = f"{len(names)} journal{'s' if len(names) != 1 else ''}"
     print(f"checked {checked}: {what if found else 'no problem found'}", file=out)
     return 1 if found else 0
+
+
+def _with_files(
+    store: LocalJournalStore, name: str, problems: list[JournalProblem]
+) -> list[JournalProblem]:
+    """Problems of frames, each with the fragment file that holds its offset."""
+    try:
+        frags = store.fragments(name)
+    except (CorruptJournalError, JournalNotFoundError):
+        return problems
+    out = []
+    for p in problems:
+        if p.path is None and p.offset is not None:
+            holder = next((f for f in frags if f.begin <= p.offset < f.end), None)
+            if holder is not None:
+                p = dataclasses.replace(p, path=holder.path)
+        out.append(p)
+    return out
 
 
 def _journal_names(client: JournalClient) -> list[str]:

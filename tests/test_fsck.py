@@ -194,6 +194,7 @@ def test_undecodable_frames_are_reported_with_their_offsets(tmp_path: Path) -> N
     assert r.returncode == 1
     (line,) = [x for x in r.stdout.splitlines() if x.startswith("journal f/j")]
     assert f"offsets [{ends[-1][1]}, {ends[-1][1] + 9})" in line and "decode" in line
+    assert line.startswith("journal f/j: @open-")  # the file that holds it
 
 
 def test_journals_list_shows_the_others_beside_a_damaged_one(tmp_path: Path) -> None:
