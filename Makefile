@@ -5,13 +5,19 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench soak clean
+
+# `make soak MINUTES=30`: how long the fault loops run.
+MINUTES ?= 10
 
 # Re-installing also rebuilds the optional C extension (message/_speedups.c).
 $(STAMP): pyproject.toml setup.py message/_speedups.c
+	@echo "Setting up $(VENV): installing PySpark, pyarrow and the other dependencies."
+	@echo "The first time, this downloads about 400 MB: a minute or more. Progress below."
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[spark,test]'
+	$(BIN)/pip install -e '.[spark,test]'
+	@echo "$(VENV) is ready."
 	touch $(STAMP)
 
 demo: $(STAMP)            ## run the demo pipeline on the embedded journal store
@@ -25,6 +31,9 @@ test: $(STAMP)            ## run the whole test suite
 
 bench: $(STAMP)           ## run every benchmark and print a table
 	$(BIN)/exactly bench
+
+soak: $(STAMP)            ## SIGKILL writers and consumers at random for MINUTES minutes (not in CI)
+	$(BIN)/python -m tests.soak --minutes $(MINUTES)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis message/*.so

@@ -64,20 +64,29 @@ def run_quick_demo(store: Path, out: TextIO) -> int:
         new = lambda _spec: JsonDocument()  # noqa: E731
         raw = list(ReadUncommittedIter(client, JOURNAL, new))
         kinds = Counter(Flags(get_flags(e.message.get_uuid())).name for e in raw)
-        print(f"read uncommitted: {len(raw)} frames ({dict(kinds)})", file=out)
+        shown = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
+        print(f"read uncommitted: {_count(len(raw), 'frame')} ({shown})", file=out)
         it = ReadCommittedIter(client, JOURNAL, new, Sequencer(buffer=2))
         got = [
             cast(JsonDocument, e.message)["order"]
             for e in it
             if get_flags(e.message.get_uuid()) != Flags.ACK_TXN
         ]
-        print(f"read committed:   {len(got)} messages, with {it.replays} replays "
-              f"from a 2-envelope ring: {', '.join(got)}", file=out)
-        pending = it.sequencer.has_pending({})
-        print(f"still pending:    carol's transaction ({pending})", file=out)
+        print(f"read committed:   {_count(len(got), 'message')}, with"
+              f" {_count(it.replays, 'replay')} from a 2-envelope ring: {', '.join(got)}",
+              file=out)
+        if it.sequencer.has_pending({}):
+            pending = "carol's transaction: never acknowledged, so its 2 messages are not delivered"
+        else:
+            pending = "nothing"
+        print(f"still pending:    {pending}", file=out)
         ok = got == expected
         print("exactly once:     " + ("yes" if ok else f"NO, expected {expected}"), file=out)
         return 0 if ok else 1
+
+
+def _count(n: int, thing: str) -> str:
+    return f"{n} {thing}{'' if n == 1 else 's'}"
 
 
 def _frame(client: LocalJournalStore, begin: int, end: int) -> bytes:

@@ -20,6 +20,8 @@ from typing import IO, Any, NoReturn
 
 import orjson
 
+from exactly import _fsck
+
 CONTENT_TYPES = {
     "ndjson": "application/x-ndjson",
     "json": "application/x-ndjson",
@@ -32,11 +34,16 @@ class UsageError(Exception):
     """A mistake of the user's, reported as one line."""
 
 
+def _count(n: int, thing: str, things: str | None = None) -> str:
+    """``1 message``, ``2 messages``: a count in plain English."""
+    return f"{n:,} {thing if n == 1 else (things or thing + 's')}"
+
+
 # -- helpers ----------------------------------------------------------------------
 
 
 def _root(args: argparse.Namespace) -> Path:
-    return Path(args.root or os.environ.get("EXACTLY_ROOT") or "exactly-store")
+    return Path(getattr(args, "root", None) or os.environ.get("EXACTLY_ROOT") or "exactly-store")
 
 
 def _store(args: argparse.Namespace, *, must_exist: bool = True) -> Any:
@@ -162,34 +169,76 @@ def cmd_journals_create(args: argparse.Namespace) -> int:
         labels.setdefault(key, []).append(value)
     if "content-type" in labels:
         raise UsageError("give the content type with --content-type, not as a label")
-    ct = CONTENT_TYPES.get(args.content_type, args.content_type)
-    if not ct.strip():
-        raise UsageError("--content-type cannot be empty (ndjson, csv, proto, or a full type)")
+    ct = _content_type(args.content_type)
     labels["content-type"] = [ct]
     root = _root(args)
     if root.exists() and not root.is_dir():
         raise UsageError(f"the store {root} is not a directory")
     root.mkdir(parents=True, exist_ok=True)
+    from journal import JournalNotFoundError
+
     with _store(args) as store:
         for name in args.names:
-            spec = store.create(name, labels)
-            print(f"created {spec.name} ({spec.content_type})")
+            try:
+                existed = store.get(name) is not None
+            except JournalNotFoundError:
+                existed = False
+            spec = store.create(name, labels)  # other labels: JournalExistsError
+            if existed:
+                print(f"{spec.name} already exists ({spec.content_type}): left as it is")
+            else:
+                print(f"created {spec.name} ({spec.content_type})")
     return 0
 
 
+def _content_type(text: str) -> str:
+    """The content type that ``--content-type`` names (a short name or a full
+    type), refused unless a framing knows it: journals of another type could
+    be created, but neither appended to nor read."""
+    from framing import framing_by_content_type, registered_content_types
+
+    if not text.strip():
+        raise UsageError("--content-type cannot be empty (ndjson, csv, proto, or a full type)")
+    ct = CONTENT_TYPES.get(text, text)
+    try:
+        framing_by_content_type(ct)
+    except ValueError:
+        short = {v: k for k, v in reversed(CONTENT_TYPES.items())}
+        known = ", ".join(
+            f"{short[c]} ({c})" if c in short else c for c in registered_content_types()
+        )
+        raise UsageError(f"unknown content type {text!r}: no framing reads it; use one of"
+                         f" {known}") from None
+    return ct
+
+
 def cmd_journals_list(args: argparse.Namespace) -> int:
+    from journal import JournalError
+
+    damaged: list[str] = []
     with _store(args) as store:
         specs = store.list(args.selector or "")
         for spec in specs:
-            head = store.head(spec.name)
+            try:
+                head: int | None = store.head(spec.name)
+            except JournalError as exc:
+                # One damaged journal does not hide the others.
+                head = None
+                damaged.append(f"exactly: error: {exc}")
             if args.json:
                 doc = {"name": spec.name, "head": head, "labels": spec.labels.to_dict()}
                 print(orjson.dumps(doc).decode())
             else:
-                print(f"{spec.name}\t{spec.content_type or '-'}\t{head} bytes")
+                size = f"{head} bytes" if head is not None else "damaged"
+                print(f"{spec.name}\t{spec.content_type or '-'}\t{size}")
         if not specs and not args.json:
             print("no journals", file=sys.stderr)
-    return 0
+    for line in damaged:
+        print(line, file=sys.stderr)
+    if damaged:
+        print("exactly: `exactly fsck` says more; `exactly fsck --repair` repairs",
+              file=sys.stderr)
+    return 1 if damaged else 0
 
 
 def cmd_journals_trim(args: argparse.Namespace) -> int:
@@ -200,7 +249,8 @@ def cmd_journals_trim(args: argparse.Namespace) -> int:
         before = store.fragments(args.name)
         first = store.trim(args.name, before_offset=args.before, older_than=older)
         removed = len(before) - len(store.fragments(args.name))
-        print(f"{args.name}: removed {removed} fragments; first readable offset is now {first}")
+        print(f"{args.name}: removed {_count(removed, 'fragment')}; first readable offset is"
+              f" now {first}")
         if not removed:
             print("  (only whole sealed fragments are removed, never the one being written)",
                   file=sys.stderr)
@@ -226,7 +276,7 @@ def _decode_line(n: int, line: bytes) -> str:
     try:
         return line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"line {n}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+        raise UsageError(f"line {n} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def _csv_records(lines: Iterator[bytes]) -> Iterator[tuple[int, list[str]]]:
@@ -278,6 +328,7 @@ def _input_messages(spec: Any, lines: Iterator[bytes], fmt: str) -> Iterator[tup
             if _LONG_DIGITS.search(line):
                 json.loads(line, parse_int=_check_int)
         except orjson.JSONDecodeError as exc:
+            _decode_line(n, line)  # bytes that are not text: say so first
             raise UsageError(f"line {n}: not a JSON document ({exc})") from None
         except UsageError as exc:
             raise UsageError(f"line {n}: {exc}") from None
@@ -335,7 +386,8 @@ def _recover_intents(root: Path, store: Any) -> None:
     for path in logs:
         n = IntentLog(path).recover(store)
         if n:
-            print(f"finished an interrupted transaction: wrote {n} ACK intent(s) from {path}",
+            print(f"finished an interrupted transaction: wrote {_count(n, 'ACK intent')} from"
+                  f" {path}",
                   file=sys.stderr)
 
 
@@ -435,13 +487,24 @@ def cmd_append(args: argparse.Namespace) -> int:
                 store.flush()
                 progress.done()
                 what = ("the transaction is rolled back" if args.transaction
-                        else f"{count} messages appended")
+                        else f"{_count(count, 'message')} appended")
                 print(f"exactly: interrupted: {what}", file=sys.stderr)
                 return 130
+            except UsageError as exc:
+                # A bad line stops the input: say what became of the lines before it.
+                store.flush()
+                if args.transaction:
+                    raise UsageError(f"{exc}; the transaction is rolled back: nothing of this"
+                                     " input was published") from None
+                done = (f"{_count(count, 'message was', 'messages were')} published before it"
+                        if count else "nothing was published")
+                raise UsageError(f"{exc}; {done} (--transaction publishes all the lines or"
+                                 " none)") from None
             store.flush()
             head = store.head(spec.name)
         progress.done()
-        print(f"appended {count} messages to {spec.name} (now {head} bytes)", file=sys.stderr)
+        print(f"appended {_count(count, 'message')} to {spec.name} (now {head:,} bytes)",
+              file=sys.stderr)
     finally:
         progress.done()
         if args.file:
@@ -496,7 +559,11 @@ def cmd_read(args: argparse.Namespace) -> int:
         finally:
             it.close()
         if it.skipped:
-            print(f"skipped {it.skipped} corrupt frames", file=sys.stderr)
+            ranges = it.skipped_ranges
+            frames = it.skipped - len(ranges)
+            parts = [_count(frames, "corrupt frame")] if frames else []
+            parts += [f"damaged offsets [{b}, {e})" for b, e in ranges]
+            print(f"skipped {', '.join(parts)}", file=sys.stderr)
     return 0
 
 
@@ -576,6 +643,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- fsck -------------------------------------------------------------------------
+
+
+def cmd_fsck(args: argparse.Namespace) -> int:
+    with _store(args) as client:
+        return _fsck.cmd_fsck(args, client)
+
+
 # -- demo and bench ---------------------------------------------------------------
 
 
@@ -612,34 +687,47 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
+def _store_options() -> _Parser:
+    """The options that say which journals a command works on. One parent
+    parser, shared by the top-level parser and by every subcommand that works
+    on journals, so that each is taken before the subcommand and after it.
+    Their default is to be absent: given before the subcommand, a value is
+    not overwritten by the subcommand's default."""
+    p = _Parser(add_help=False)
+    p.add_argument("--root", default=argparse.SUPPRESS,
+                   help="journal store directory (default: $EXACTLY_ROOT or ./exactly-store)")
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
+    common = [_store_options()]
     p = _Parser(
         prog="exactly",
         description="Exactly-once messaging over append-only journals.",
+        parents=common,
     )
-    p.add_argument("--root", help="journal store directory (default: $EXACTLY_ROOT or "
-                                  "./exactly-store)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    j = sub.add_parser("journals", help="create, list and trim journals")
+    j = sub.add_parser("journals", help="create, list and trim journals", parents=common)
     jsub = j.add_subparsers(dest="action", metavar="ACTION", required=True)
-    c = jsub.add_parser("create", help="create journals")
+    c = jsub.add_parser("create", help="create journals", parents=common)
     c.add_argument("names", nargs="+", metavar="NAME")
     c.add_argument("--content-type", "-t", default="ndjson",
                    help="ndjson (default), csv, proto, or a full content type")
     c.add_argument("--label", "-l", action="append", metavar="NAME=VALUE")
     c.set_defaults(func=cmd_journals_create)
-    ls = jsub.add_parser("list", help="list journals")
+    ls = jsub.add_parser("list", help="list journals", parents=common)
     ls.add_argument("--selector", "-s", help="label selector, e.g. 'topic=clicks'")
     ls.add_argument("--json", action="store_true", help="one JSON document per journal")
     ls.set_defaults(func=cmd_journals_list)
-    t = jsub.add_parser("trim", help="remove old fragments (retention)")
+    t = jsub.add_parser("trim", help="remove old fragments (retention)", parents=common)
     t.add_argument("name")
     t.add_argument("--before", type=int, metavar="OFFSET")
     t.add_argument("--older-than", metavar="DURATION", help="e.g. 7d, 12h")
     t.set_defaults(func=cmd_journals_trim)
 
-    a = sub.add_parser("append", help="publish stdin lines (JSON documents) to a journal")
+    a = sub.add_parser("append", help="publish stdin lines (JSON documents) to a journal",
+                       parents=common)
     a.add_argument("name")
     a.add_argument("--file", "-f", help="read from this file instead of stdin")
     a.add_argument("--format", choices=("json", "lines"), default="json",
@@ -649,7 +737,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="publish all lines as one transaction, committed at the end")
     a.set_defaults(func=cmd_append)
 
-    r = sub.add_parser("read", help="read messages as NDJSON with envelope metadata")
+    r = sub.add_parser("read", help="read messages as NDJSON with envelope metadata",
+                       parents=common)
     r.add_argument("name")
     mode = r.add_mutually_exclusive_group()
     mode.add_argument("--committed", action="store_true", help="committed only (default)")
@@ -664,11 +753,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_read)
 
     i = sub.add_parser("inspect", help="producers and open transactions of a journal, "
-                                       "or what a checkpoint holds")
+                                       "or what a checkpoint holds", parents=common)
     i.add_argument("name", nargs="?")
     i.add_argument("--checkpoint", metavar="FILE", help="a checkpoint (JSON or protobuf)")
     i.add_argument("--proto", help="protobuf message class (module.Class) of a proto journal")
     i.set_defaults(func=cmd_inspect)
+
+    _fsck.add_parser(sub, common).set_defaults(func=cmd_fsck)
 
     d = sub.add_parser("demo", help="run the demo pipeline end to end on a local store")
     d.add_argument("--store", default="demo-store", help="store directory (default ./demo-store)")

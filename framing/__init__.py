@@ -73,6 +73,7 @@ from ._json import JSONLinesFraming as JSONLinesFraming
 from ._lines import unpack_line as unpack_line
 from ._registry import framing_by_content_type as framing_by_content_type
 from ._registry import register_framing as register_framing
+from ._registry import registered_content_types as registered_content_types
 
 __all__ = [
     # Content types and wire constants.
@@ -89,6 +90,7 @@ __all__ = [
     "UnmarshalFunc",
     "register_framing",
     "framing_by_content_type",
+    "registered_content_types",
     # The built-in framings.
     "CSVFraming",
     "JSONLinesFraming",

@@ -58,7 +58,14 @@ class CSVFraming:
     def unmarshal_frame(self, frame: Frame, msg: Any) -> None:
         """Decode one record (with or without its newline) into ``msg``."""
         apply = _applier_for(msg)
-        apply(msg, decode_record(frame))
+        try:
+            apply(msg, decode_record(frame))
+        except FrameDecodeError as e:
+            # A hook may refuse the record's fields (CSVRecord does when the
+            # first is no UUID): the error then carries the frame too.
+            if not e.data:
+                e.data = bytes(frame)
+            raise
 
     def new_unmarshal_func(self, r: ByteReader) -> UnmarshalFunc:
         """Decode one record of ``r`` per call; see ``Framing.new_unmarshal_func``.
@@ -100,7 +107,11 @@ class CSVFraming:
                     data=frame,
                     offset=begin,
                 )
-            apply(msg, fields)
+            try:
+                apply(msg, fields)
+            except FrameDecodeError as e:
+                e.data, e.offset = e.data or frame, begin
+                raise
 
         return unmarshal
 

@@ -316,7 +316,7 @@ def unpack_fixed_frame(r: ByteReader) -> bytes:
     raise _skip_desync_run(r, bytearray(header))
 
 
-def _partial_word_suffix(run: bytearray) -> int:
+def _partial_word_suffix(run: bytes | bytearray) -> int:
     """Length of the longest end of ``run`` that begins the magic word."""
     for k in (3, 2, 1):
         if run.endswith(_WORD[:k]):
@@ -363,7 +363,13 @@ def _skip_desync_run(r: Any, run: bytearray) -> DesyncError:
             run += more
             at = run.find(_WORD, start)
     if at < 0:
-        return DesyncError(data=run)  # The run goes on to the end of the input.
+        # The run goes on to the end of the input. Its last bytes may be the
+        # start of a frame still being written (a magic word cut short): as
+        # Gazette's UnpackFixedFrame, keep them for the next call, which then
+        # reads that frame if it has arrived, or reports a truncation.
+        at = len(run) - _partial_word_suffix(run)
+        if at == len(run):
+            return DesyncError(data=run)
     _give_back(r, run[at:])
     return DesyncError(data=run[:at])
 
@@ -432,9 +438,15 @@ def _read_fixed_frames(r: ByteReader, chunk_size: int) -> Iterator[tuple[int, in
     if not buf or buf == b"\n":
         return
     if len(buf) >= _HLEN and not buf.startswith(_WORD):
-        # A desync run (known to hold no magic word) up to the end.
-        yield base, base + len(buf), buf
-        return
+        # A desync run (known to hold no magic word) up to the end, but for
+        # a partial magic word at its very end: that may begin a frame still
+        # being appended, and is reported as a truncated frame, so that a
+        # reader resuming at its offset reads the frame (as unpack_fixed_frame).
+        keep = _partial_word_suffix(buf)
+        yield base, base + len(buf) - keep, buf[: len(buf) - keep]
+        if not keep:
+            return
+        base, buf = base + len(buf) - keep, buf[len(buf) - keep :]
     raise TruncatedFrameError(data=buf, offset=base)
 
 

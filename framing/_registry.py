@@ -29,3 +29,8 @@ def framing_by_content_type(content_type: str) -> Framing:
         return _framings[content_type]
     except (KeyError, TypeError):
         raise UnknownContentTypeError(content_type) from None
+
+
+def registered_content_types() -> list[str]:
+    """The content types a framing is registered for, sorted."""
+    return sorted(_framings)

@@ -23,6 +23,7 @@ cluster, past one machine; see docs/gazette.md) and ``MemoryJournalClient``
 AppendResult(journal='events/part-000', begin=0, end=9) b'{"n": 1}\n'
 """
 
+from ._check import JournalProblem as JournalProblem
 from ._errors import AppendTooLargeError as AppendTooLargeError
 from ._errors import BrokerError as BrokerError
 from ._errors import BrokerUnavailableError as BrokerUnavailableError
@@ -65,6 +66,7 @@ __all__ = [
     "validate_journal_name",
     "AppendResult",
     "Fragment",
+    "JournalProblem",
     "CONTENT_TYPE_LABEL",
     # Contracts
     "JournalClient",

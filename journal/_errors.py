@@ -14,8 +14,9 @@ callers may catch at any level of this tree::
      ├── OffsetNotYetAvailableError a non-blocking read past the committed end  ValueError
      │                              (.journal, .offset, .head)
      ├── CorruptJournalError        a journal directory holds a file that does
-     │                              not belong or does not match its name
-     │                              (.journal, .path)
+     │                              not belong or does not match its name; or
+     │                              committed bytes are missing or damaged
+     │                              (.journal, .path, .offset, .end_offset)
      ├── JournalClosedError         the client was closed                       RuntimeError
      └── BrokerError                a Gazette broker refused or failed a request
           │                         (.status, .journal, .address)
@@ -106,13 +107,32 @@ class OffsetNotYetAvailableError(JournalError, ValueError):
 
 
 class CorruptJournalError(JournalError):
-    """A file in a journal directory is foreign, or does not match its name."""
+    """A file in a journal directory is foreign, or does not match its name,
+    or committed bytes are missing or damaged.
 
-    def __init__(self, journal: str, path: str, reason: str) -> None:
-        super().__init__(f"journal {journal!r}: {path}: {reason}")
+    ``.path`` is the file at fault. When the damage is a piece of the
+    journal, ``[.offset, .end_offset)`` are its offsets: reading can go on at
+    ``.end_offset`` (``skip_corrupt`` of the read iterators does so);
+    otherwise both are None."""
+
+    def __init__(
+        self,
+        journal: str,
+        path: str,
+        reason: str,
+        *,
+        offset: int | None = None,
+        end_offset: int | None = None,
+    ) -> None:
+        where = ""
+        if offset is not None and end_offset is not None:
+            where = f" (offsets [{offset}, {end_offset}))"
+        super().__init__(f"journal {journal!r}: {path}: {reason}{where}")
         self.journal = journal
         self.path = path
         self.reason = reason
+        self.offset = offset
+        self.end_offset = end_offset
 
 
 class JournalClosedError(JournalError, RuntimeError):

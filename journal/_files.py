@@ -21,8 +21,9 @@ import fcntl
 import hashlib
 import itertools
 import json
+import logging
 import os
-import threading
+import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
@@ -31,16 +32,20 @@ from ._errors import CorruptJournalError, JournalNotFoundError
 from ._fragment import (
     COMMIT_FILE,
     LOCK_FILE,
+    QUARANTINE_PREFIX,
     RECORD_SIZE,
     SPEC_FILE,
     TEMP_PREFIX,
     CommitRecord,
     Fragment,
+    damaged_slot,
     open_name,
     pack_slot,
     parse_open_name,
+    parse_quarantine_name,
     parse_record,
     parse_sealed_name,
+    quarantine_name,
     sealed_name,
     slot_offset,
 )
@@ -51,6 +56,10 @@ SPEC_FORMAT: Final = 1
 # Files are read and hashed in pieces of this size.
 _CHUNK: Final = 1 << 20
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+# Files the store writes are never reached through a symbolic link.
+_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
+_O_CREATE_NEW: Final = os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_NOFOLLOW
+LOG: Final = logging.getLogger("journal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +89,12 @@ class JournalDir:
     def lock_path(self) -> str:
         return self.file(LOCK_FILE)
 
-    def corrupt(self, base: str, reason: str) -> CorruptJournalError:
-        return CorruptJournalError(self.name, self.file(base), reason)
+    def corrupt(
+        self, base: str, reason: str, offset: int | None = None, end_offset: int | None = None
+    ) -> CorruptJournalError:
+        return CorruptJournalError(
+            self.name, self.file(base), reason, offset=offset, end_offset=end_offset
+        )
 
 
 # Specs ---------------------------------------------------------------------
@@ -116,16 +129,32 @@ def spec_bytes(spec: JournalSpec) -> bytes:
     return json.dumps(doc, indent=2, sort_keys=True).encode() + b"\n"
 
 
-def write_atomically(jd: JournalDir, base: str, data: bytes) -> None:
+def create_temp(jd: JournalDir, base: str) -> tuple[int, str]:
+    """A new temporary file of the journal directory, for ``base``: opened
+    for writing, created exclusively under an unpredictable name (a file or
+    link planted at a guessable name is never followed nor truncated)."""
+    while True:
+        tmp = jd.file(f"{TEMP_PREFIX}{base}-{secrets.token_hex(8)}")
+        try:
+            return os.open(tmp, _O_CREATE_NEW | os.O_WRONLY, 0o644), tmp
+        except FileExistsError:
+            continue
+
+
+def write_atomically(jd: JournalDir, base: str, data: bytes | memoryview) -> None:
     """Replace file ``base`` with ``data``: temp file, fsync, rename, fsync dir."""
-    tmp = jd.file(f"{TEMP_PREFIX}{base}-{os.getpid()}-{threading.get_ident()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _O_CLOEXEC, 0o644)
+    fd, tmp = create_temp(jd, base)
     try:
-        write_all(fd, data, 0)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, jd.file(base))
+        try:
+            write_all(fd, data, 0)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, jd.file(base))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     fsync_dir(jd.path)
 
 
@@ -139,7 +168,7 @@ def open_lock(jd: JournalDir, *, create: bool = False) -> int:
     for the lock we check that we hold the file now at the path, and retry
     otherwise. Raises ``JournalNotFoundError`` if there is none (and not
     ``create``)."""
-    flags = os.O_RDWR | _O_CLOEXEC | (os.O_CREAT if create else 0)
+    flags = os.O_RDWR | _O_CLOEXEC | _O_NOFOLLOW | (os.O_CREAT if create else 0)
     while True:
         try:
             fd = os.open(jd.lock_path, flags, 0o644)
@@ -189,7 +218,8 @@ def locked(jd: JournalDir) -> Iterator[int]:
 
 def open_commit(jd: JournalDir, *, write: bool = False) -> int:
     try:
-        return os.open(jd.commit_path, (os.O_RDWR if write else os.O_RDONLY) | _O_CLOEXEC)
+        flags = (os.O_RDWR | _O_NOFOLLOW) if write else os.O_RDONLY
+        return os.open(jd.commit_path, flags | _O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
         if not os.path.exists(jd.spec_path):
             raise JournalNotFoundError(jd.name) from None
@@ -212,24 +242,37 @@ def write_record(fd: int, rec: CommitRecord) -> None:
 # Fragments -------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    """A quarantine file standing for journal offsets ``[begin, end)``."""
+
+    begin: int
+    end: int
+    path: str
+
+
 @dataclass(slots=True)
 class Scan:
     """A journal directory's fragment files, checked against their names."""
 
     sealed: list[Fragment]
     opens: list[int]  # begin offsets of @open- files found
+    quarantined: list[Quarantined]  # sorted by begin
 
 
-def scan(jd: JournalDir) -> Scan:
+def scan(jd: JournalDir, *, strict: bool = True) -> Scan:
     """List and check the journal's files.
 
     Raises ``CorruptJournalError`` for a file that does not belong in a
-    journal directory, or a sealed fragment whose size disagrees with its
-    name or which overlaps another. Sub-directories (child journals) are
-    ignored. The SHA-1 of sealed fragments is checked when they are read.
+    journal directory, or a sealed fragment which overlaps another (unless
+    not ``strict``). Sub-directories (child journals) are ignored. A sealed
+    fragment whose size disagrees with its name is listed by its name: a
+    reader reports it when it gets there (as it does a fragment whose SHA-1
+    does not match), so that the rest of the journal stays readable.
     """
     sealed: list[Fragment] = []
     opens: list[int] = []
+    quarantined: list[Quarantined] = []
     try:
         entries = list(os.scandir(jd.path))
     except (FileNotFoundError, NotADirectoryError):
@@ -242,33 +285,48 @@ def scan(jd: JournalDir) -> Scan:
             parsed = parse_sealed_name(base)
             if parsed is not None:
                 begin, end, sha = parsed
-                st = entry.stat(follow_symlinks=False)
                 if begin >= end:
-                    raise jd.corrupt(base, "fragment name has begin >= end")
-                if st.st_size != end - begin:
-                    raise jd.corrupt(
-                        base,
-                        f"fragment holds {st.st_size} bytes but its name says {end - begin}",
-                    )
+                    if strict:
+                        raise jd.corrupt(base, "fragment name has begin >= end")
+                    continue
+                st = entry.stat(follow_symlinks=False)
                 sealed.append(Fragment(jd.name, begin, end, entry.path, True, st.st_mtime, sha))
                 continue
             begin_open = parse_open_name(base)
             if begin_open is not None:
                 opens.append(begin_open)
+            elif base.startswith(QUARANTINE_PREFIX):
+                q = parse_quarantine_name(base)
+                if q is not None and q[0] < q[1]:
+                    quarantined.append(Quarantined(q[0], q[1], entry.path))
             elif base in (SPEC_FILE, COMMIT_FILE, LOCK_FILE) or base.startswith(TEMP_PREFIX):
                 pass
-            else:
+            elif strict:
                 raise jd.corrupt(base, "unrecognised file in a journal directory")
         except FileNotFoundError:
             continue  # Removed by retention or sealed while we listed.
     sealed.sort(key=lambda f: f.begin)
-    for a, b in itertools.pairwise(sealed):
-        if b.begin < a.end:
-            raise jd.corrupt(
-                os.path.basename(b.path),
-                f"fragment overlaps {os.path.basename(a.path)}",
-            )
-    return Scan(sealed, opens)
+    quarantined.sort(key=lambda q: (q.begin, q.end))
+    if strict:
+        for a, b in itertools.pairwise(sealed):
+            if b.begin < a.end:
+                raise jd.corrupt(
+                    os.path.basename(b.path),
+                    f"fragment overlaps {os.path.basename(a.path)}",
+                    b.begin,
+                    b.end,
+                )
+    return Scan(sealed, opens, quarantined)
+
+
+def quarantined_through(quarantined: list[Quarantined], offset: int) -> int:
+    """The offset up to which quarantine files cover ``[offset, ...)`` without
+    a gap (``offset`` itself when none covers it)."""
+    pos = offset
+    for q in quarantined:
+        if q.begin <= pos < q.end:
+            pos = q.end
+    return pos
 
 
 def fragment_sha1(fd: int, size: int) -> bytes:
@@ -290,8 +348,20 @@ def recover(jd: JournalDir, commit_fd: int) -> tuple[CommitRecord, int | None]:
     Returns the commit record and a descriptor of the open fragment (None if
     there is none yet). Truncates bytes past the committed end, finishes a
     seal interrupted between its rename and its record update, and removes
-    leftover temporary files."""
-    rec = read_record(jd, commit_fd)
+    leftover temporary files.
+
+    Bytes past the committed end are a dead writer's unfinished append, but
+    for one case: when the other slot of the commit record is damaged, it
+    may have held a newer record, whose append was acknowledged. Those bytes
+    are then moved to a quarantine file (with a warning), never cut, and the
+    journal goes on after them: offsets are never given out twice. The same
+    holds after any repair that quarantined bytes at the journal's end."""
+    raw = os.pread(commit_fd, RECORD_SIZE, 0)
+    rec = parse_record(raw)
+    if rec is None:
+        raise jd.corrupt(
+            COMMIT_FILE, "no valid commit record (exactly fsck --repair rebuilds it)"
+        )
     listing = scan(jd)
     for begin in listing.opens:
         if begin != rec.begin:
@@ -303,35 +373,150 @@ def recover(jd: JournalDir, commit_fd: int) -> tuple[CommitRecord, int | None]:
         if entry.name.startswith(TEMP_PREFIX):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
+    damaged = damaged_slot(raw, rec)
+    floor = max((q.end for q in listing.quarantined), default=0)
     committed = rec.end - rec.begin
     try:
-        fd = os.open(jd.file(open_name(rec.begin)), os.O_RDWR | _O_CLOEXEC)
+        fd = os.open(jd.file(open_name(rec.begin)), os.O_RDWR | _O_CLOEXEC | _O_NOFOLLOW)
     except FileNotFoundError:
-        if committed == 0:
-            return rec, None
-        done = [f for f in listing.sealed if f.begin == rec.begin and f.end == rec.end]
-        if not done:
-            raise jd.corrupt(
-                open_name(rec.begin), f"missing, yet [{rec.begin}, {rec.end}) is committed"
-            ) from None
-        # Crashed after sealing the fragment but before recording it.
-        rec = CommitRecord(rec.seq + 1, rec.end, rec.end)
-        write_record(commit_fd, rec)
+        if committed and floor < rec.end:
+            done = [f for f in listing.sealed if f.begin == rec.begin and f.end == rec.end]
+            if not done:
+                raise jd.corrupt(
+                    open_name(rec.begin),
+                    f"missing, yet [{rec.begin}, {rec.end}) is committed"
+                    " (exactly fsck --repair recovers the rest of the journal)",
+                    rec.begin,
+                    rec.end,
+                ) from None
+        # Crashed after sealing the fragment but before recording it; or a
+        # repair moved the open fragment to quarantine: go on after it all.
+        rec = _restart(commit_fd, rec, max(rec.end, floor), rewrite=damaged)
         return rec, None
     try:
         size = os.fstat(fd).st_size
         if size < committed:
             raise jd.corrupt(
                 open_name(rec.begin),
-                f"open fragment holds {size} bytes, fewer than the {committed} committed",
+                f"open fragment holds {size} bytes, fewer than the {committed} committed"
+                " (exactly fsck --repair keeps what is left and makes it writable again)",
+                rec.begin + size,
+                rec.end,
             )
+        if size > committed and damaged:
+            floor = max(floor, _quarantine_tail(jd, fd, rec, size))
+        elif damaged:
+            LOG.warning(
+                "journal %s: a slot of the commit record is damaged; no byte depended"
+                " on it, and it is written again",
+                jd.name,
+            )
+        if damaged:
+            # Write the record again, over the damaged slot.
+            rec = CommitRecord(rec.seq + 1, rec.begin, rec.end)
+            write_record(commit_fd, rec)
         if size > committed:
             os.ftruncate(fd, committed)  # A dead writer's uncommitted bytes.
             os.fdatasync(fd)
+        if floor > rec.end:
+            # Offsets up to floor are in quarantine: the journal goes on after them.
+            if committed:
+                seal(jd, commit_fd, fd, rec, next_begin=floor)
+            else:
+                os.unlink(jd.file(open_name(rec.begin)))
+                fsync_dir(jd.path)
+                _restart(commit_fd, rec, floor)
+            os.close(fd)
+            return read_record(jd, commit_fd), None
     except BaseException:
         os.close(fd)
         raise
     return rec, fd
+
+
+def _restart(
+    commit_fd: int, rec: CommitRecord, begin: int, *, rewrite: bool = False
+) -> CommitRecord:
+    """Record that the next open fragment begins at ``begin`` (nothing
+    committed in it). ``rewrite``: write the record even if it says so already
+    (over a damaged slot)."""
+    if (rec.begin, rec.end) == (begin, begin) and not rewrite:
+        return rec
+    new = CommitRecord(rec.seq + 1, begin, begin)
+    write_record(commit_fd, new)
+    return new
+
+
+def _quarantine_tail(jd: JournalDir, fd: int, rec: CommitRecord, size: int) -> int:
+    """Move the bytes of the open fragment past the committed end, which a
+    damaged commit slot may have covered, to a quarantine file; return the
+    journal offset just past them."""
+    committed = rec.end - rec.begin
+    end = rec.end + size - committed
+    path = quarantine_copy(jd, fd, committed, size, rec.end, end, "uncommitted")
+    LOG.warning(
+        "journal %s: the newest commit record is damaged; bytes [%d, %d) past the last"
+        " valid record (an append that may have been acknowledged) were moved to %s;"
+        " the journal goes on at offset %d",
+        jd.name,
+        rec.end,
+        end,
+        path,
+        end,
+    )
+    return end
+
+
+def quarantine_copy(
+    jd: JournalDir, fd: int, start: int, stop: int, begin: int, end: int, kind: str
+) -> str:
+    """Copy bytes ``[start, stop)`` of the file ``fd`` to a new quarantine file
+    standing for journal offsets ``[begin, end)``, durably; return its path.
+    Done already (a copy of that size under that name)? Then nothing is copied."""
+    name = quarantine_name(begin, end, kind)
+    with contextlib.suppress(FileNotFoundError):
+        if os.stat(jd.file(name), follow_symlinks=False).st_size == stop - start:
+            return jd.file(name)
+    out, tmp = create_temp(jd, name)
+    try:
+        try:
+            pos = start
+            while pos < stop:
+                chunk = os.pread(fd, min(_CHUNK, stop - pos), pos)
+                if not chunk:
+                    break
+                write_all(out, chunk, pos - start)
+                pos += len(chunk)
+            os.fsync(out)
+        finally:
+            os.close(out)
+        path = unused_name(jd, name)
+        os.rename(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    fsync_dir(jd.path)
+    return path
+
+
+def quarantine_file(jd: JournalDir, base: str, name: str) -> str:
+    """Move file ``base`` of the journal directory to quarantine as ``name``
+    (made unique); return the new path."""
+    path = unused_name(jd, name)
+    os.rename(jd.file(base), path)
+    fsync_dir(jd.path)
+    return path
+
+
+def unused_name(jd: JournalDir, name: str) -> str:
+    """The path of ``name`` in the journal directory, or of ``name-1``,
+    ``name-2``, ... if that exists."""
+    path, n = jd.file(name), 0
+    while os.path.lexists(path):
+        n += 1
+        path = jd.file(f"{name}-{n}")
+    return path
 
 
 def truncate_garbage(fd: int, rec: CommitRecord) -> None:
@@ -342,16 +527,25 @@ def truncate_garbage(fd: int, rec: CommitRecord) -> None:
         os.fdatasync(fd)
 
 
-def seal(jd: JournalDir, commit_fd: int, open_fd: int, rec: CommitRecord) -> CommitRecord:
+def seal(
+    jd: JournalDir,
+    commit_fd: int,
+    open_fd: int,
+    rec: CommitRecord,
+    *,
+    next_begin: int | None = None,
+) -> CommitRecord:
     """Seal the open fragment ``[rec.begin, rec.end)``: rename it to its content
-    name, then record that the next open fragment begins at ``rec.end``.
+    name, then record that the next open fragment begins at ``rec.end`` (or
+    at ``next_begin``, past offsets that are in quarantine).
 
     A crash between the two leaves a consistent journal (``recover`` finishes)."""
     truncate_garbage(open_fd, rec)  # The sealed file must hold exactly its content.
     sha = fragment_sha1(open_fd, rec.end - rec.begin)
     os.rename(jd.file(open_name(rec.begin)), jd.file(sealed_name(rec.begin, rec.end, sha)))
     fsync_dir(jd.path)
-    new = CommitRecord(rec.seq + 1, rec.end, rec.end)
+    begin = rec.end if next_begin is None else next_begin
+    new = CommitRecord(rec.seq + 1, begin, begin)
     write_record(commit_fd, new)
     return new
 

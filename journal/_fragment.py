@@ -38,6 +38,15 @@ SPEC_FILE: Final = "@spec.json"
 LOCK_FILE: Final = "@lock"
 TEMP_PREFIX: Final = "@tmp-"
 
+#: Damaged bytes are moved to files of this prefix, never deleted. A file
+#: ``@quarantine-%016x-%016x-<kind>`` stands for journal offsets
+#: ``[begin, end)``, which readers skip (with a warning): it holds what was
+#: left of them, from ``begin`` on (possibly nothing, for bytes found
+#: missing). Other ``@quarantine-<kind>-<name>`` files hold files that were
+#: in the journal directory but stood for no offsets (foreign files, stray
+#: open fragments).
+QUARANTINE_PREFIX: Final = "@quarantine-"
+
 RECORD_MAGIC: Final = b"EXJC"
 # Precompiled: the record is read on every poll of a following reader.
 _SLOT: Final = struct.Struct("<4sQQQ")
@@ -47,6 +56,7 @@ RECORD_SIZE: Final = 2 * SLOT_SIZE
 
 _SEALED_RE: Final = re.compile(r"([0-9a-f]{16})-([0-9a-f]{16})-([0-9a-f]{40})\.raw")
 _OPEN_RE: Final = re.compile(r"@open-([0-9a-f]{16})")
+_QUARANTINE_RE: Final = re.compile(r"@quarantine-([0-9a-f]{16})-([0-9a-f]{16})-([a-z]+)(?:-\d+)?")
 # Any Gazette-style fragment name, whatever its codec: such a name is reserved
 # inside a journal directory, so it cannot be a child journal's directory.
 GAZETTE_FRAGMENT_RE: Final = re.compile(r"[0-9a-fA-F]+-[0-9a-fA-F]+-[0-9a-fA-F]+(\.[A-Za-z]*)?")
@@ -71,22 +81,43 @@ def slot_offset(seq: int) -> int:
     return (seq % 2) * SLOT_SIZE
 
 
+def _parse_slot(slot: bytes, off: int) -> CommitRecord | None:
+    if len(slot) < SLOT_SIZE:
+        return None
+    magic, seq, begin, end = _SLOT.unpack_from(slot)
+    (crc,) = _CRC.unpack_from(slot, _SLOT.size)
+    if magic != RECORD_MAGIC or crc != zlib.crc32(slot[: _SLOT.size]):
+        return None
+    if begin > end or slot_offset(seq) != off:
+        return None
+    return CommitRecord(seq, begin, end)
+
+
 def parse_record(buf: bytes) -> CommitRecord | None:
     """The newest valid slot of a record file's bytes, or None if neither is valid."""
     best: CommitRecord | None = None
     for off in (0, SLOT_SIZE):
-        slot = buf[off : off + SLOT_SIZE]
-        if len(slot) < SLOT_SIZE:
-            continue
-        magic, seq, begin, end = _SLOT.unpack_from(slot)
-        (crc,) = _CRC.unpack_from(slot, _SLOT.size)
-        if magic != RECORD_MAGIC or crc != zlib.crc32(slot[: _SLOT.size]):
-            continue
-        if begin > end or slot_offset(seq) != off:
-            continue
-        if best is None or seq > best.seq:
-            best = CommitRecord(seq, begin, end)
+        rec = _parse_slot(buf[off : off + SLOT_SIZE], off)
+        if rec is not None and (best is None or rec.seq > best.seq):
+            best = rec
     return best
+
+
+def damaged_slot(buf: bytes, rec: CommitRecord) -> bool:
+    """Whether the slot that ``rec`` (the newest valid one) does not occupy is
+    damaged in a way that may have hidden a newer record: it is not the
+    zeroes of a record never written twice, nor a valid or recognisably
+    older record. A slot whose seq field still reads one less than ``rec``'s
+    was the older record: its damage hides nothing."""
+    off = SLOT_SIZE - slot_offset(rec.seq)
+    slot = buf[off : off + SLOT_SIZE]
+    if len(slot) < SLOT_SIZE or not any(slot):
+        return False
+    other = _parse_slot(slot, off)
+    if other is not None:
+        return other.seq > rec.seq  # Cannot be: rec is the newest valid slot.
+    magic, seq, _, _ = _SLOT.unpack_from(slot)
+    return not (magic == RECORD_MAGIC and seq + 1 == rec.seq)
 
 
 def sealed_name(begin: int, end: int, sha1: bytes) -> str:
@@ -104,6 +135,19 @@ def parse_sealed_name(name: str) -> tuple[int, int, bytes] | None:
     if m is None:
         return None
     return int(m[1], 16), int(m[2], 16), bytes.fromhex(m[3])
+
+
+def quarantine_name(begin: int, end: int, kind: str) -> str:
+    """The name of a quarantine file standing for journal offsets ``[begin, end)``."""
+    return f"{QUARANTINE_PREFIX}{begin:016x}-{end:016x}-{kind}"
+
+
+def parse_quarantine_name(name: str) -> tuple[int, int, str] | None:
+    """``(begin, end, kind)`` of a quarantine file standing for offsets, or None."""
+    m = _QUARANTINE_RE.fullmatch(name)
+    if m is None:
+        return None
+    return int(m[1], 16), int(m[2], 16), m[3]
 
 
 def parse_open_name(name: str) -> int | None:

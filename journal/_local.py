@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import builtins
 import contextlib
+import logging
 import os
 import re
 import threading
@@ -31,8 +32,10 @@ from types import TracebackType
 from typing import Final, Self, final
 
 from ._append_queue import flush_queues
+from ._check import JournalProblem, check_journal, quarantine_files
 from ._errors import (
     AppendTooLargeError,
+    CorruptJournalError,
     InvalidJournalNameError,
     JournalClosedError,
     JournalError,
@@ -88,6 +91,8 @@ _RESERVED_COMPONENT: Final = re.compile(r"[0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{40}
 # Fragments whose SHA-1 was checked, keyed by file identity; bounded.
 _VERIFIED_MAX: Final = 4096
 
+LOG: Final = logging.getLogger("journal")
+
 _STORES: weakref.WeakSet[LocalJournalStore] = weakref.WeakSet()
 
 
@@ -123,6 +128,8 @@ class LocalJournalStore:
         self._writers: dict[str, JournalWriter] = {}
         self._watcher = Watcher()
         self._verified: dict[tuple[int, int, int, int], None] = {}
+        self._warned: set[tuple[str, int]] = set()  # (journal, seq) of damaged records
+        self._real_root = os.path.realpath(self.root)
         self._closed = False
         _STORES.add(self)
         # A store dropped without close() must not leave its inotify thread behind.
@@ -373,6 +380,23 @@ class LocalJournalStore:
                 os.close(fd)
         return frags
 
+    def check(self, name: str, *, repair: bool = False) -> builtins.list[JournalProblem]:
+        """Check every file of journal ``name``: the commit record, each sealed
+        fragment (size and SHA-1), the open fragment, fragments missing
+        between kept ones, files that do not belong. Returns the problems
+        found (empty: all is well).
+
+        With ``repair``, under the journal's lock, makes the journal readable
+        and writable again while keeping every intact byte: damaged pieces
+        are moved to quarantine files beside the journal, never deleted, and
+        readers skip their offsets with a warning; offsets are never given
+        out again. Each problem then says what was done (``.repair``)."""
+        return check_journal(self._dir(name), repair=repair)
+
+    def quarantined(self, name: str) -> builtins.list[str]:
+        """Paths of the journal's quarantine files (damaged bytes moved aside), sorted."""
+        return builtins.list(quarantine_files(self._dir(name)))
+
     # JournalClient -----------------------------------------------------------
 
     def append(self, name: str, data: bytes | bytearray | memoryview) -> Future[AppendResult]:
@@ -475,11 +499,53 @@ class LocalJournalStore:
                 raise InvalidJournalNameError(
                     name, f"component {part!r} is reserved (shaped like a fragment name)"
                 )
-        return JournalDir.of(self.root, name)
+        jd = JournalDir.of(self.root, name)
+        self._check_links(jd)
+        return jd
 
     def _check_open(self) -> None:
         if self._closed:
             raise JournalClosedError(repr(self))
+
+    def _check_links(self, jd: JournalDir) -> None:
+        """Refuse a journal directory reached through a symbolic link that
+        leads out of the root: its files would be written elsewhere."""
+        path = self.root
+        for part in jd.name.split("/"):
+            path = os.path.join(path, part)
+            if not os.path.islink(path):
+                continue
+            target = os.path.realpath(path)
+            if os.path.commonpath([self._real_root, target]) != self._real_root:
+                raise CorruptJournalError(
+                    jd.name,
+                    path,
+                    f"is a symbolic link out of the store's root (to {target}): not followed",
+                )
+
+    def _warn_damaged_record(self, jd: JournalDir, rec: CommitRecord) -> None:
+        """A reader found the commit slot beside the newest valid one damaged:
+        say so once (per journal and record, per store); the next writer moves
+        the bytes it may have covered to quarantine."""
+        key = (jd.name, rec.seq)
+        with self._lock:
+            if key in self._warned:
+                return
+            self._warned.add(key)
+        try:
+            extra = os.stat(open_fragment_path(jd, rec)).st_size - (rec.end - rec.begin)
+        except OSError:
+            extra = 0
+        if extra > 0:
+            LOG.warning(
+                "journal %s: the newest commit record is damaged: bytes [%d, %d) past the"
+                " last valid record (an append that may have been acknowledged) are not"
+                " readable; the next append, or exactly fsck --repair, moves them to"
+                " quarantine",
+                jd.name,
+                rec.end,
+                rec.end + extra,
+            )
 
     def _fsync_parents(self, jd: JournalDir) -> None:
         """Make a new journal's directories durable, from the root down."""
@@ -495,18 +561,29 @@ class LocalJournalStore:
         self, jd: JournalDir, frag: Fragment, fd: int, *, cached: bool = True
     ) -> None:
         """Raise ``CorruptJournalError`` unless the open file ``fd`` holds
-        exactly the content its name claims (size and SHA-1)."""
+        exactly the content its name claims: its size always, its SHA-1 too
+        unless ``verify_fragments`` is off (once per file per store)."""
+        st = os.fstat(fd)
+        base = os.path.basename(frag.path)
+        if st.st_size != frag.size:
+            raise jd.corrupt(
+                base,
+                f"fragment holds {st.st_size} bytes, its name says {frag.size}",
+                frag.begin,
+                frag.end,
+            )
         if not self.verify_fragments and cached:
             return
-        st = os.fstat(fd)
         key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         if cached and key in self._verified:
             return
-        base = os.path.basename(frag.path)
-        if st.st_size != frag.size:
-            raise jd.corrupt(base, f"fragment holds {st.st_size} bytes, its name says {frag.size}")
         if fragment_sha1(fd, frag.size) != frag.sha1:
-            raise jd.corrupt(base, "fragment content does not match the SHA-1 in its name")
+            raise jd.corrupt(
+                base,
+                "fragment content does not match the SHA-1 in its name",
+                frag.begin,
+                frag.end,
+            )
         with self._lock:
             if len(self._verified) >= _VERIFIED_MAX:
                 self._verified.pop(next(iter(self._verified)))

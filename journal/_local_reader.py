@@ -15,9 +15,17 @@ import os
 from typing import TYPE_CHECKING, Final, final
 
 from ._errors import JournalError, JournalNotFoundError
-from ._files import JournalDir, open_commit, open_fragment_path, read_record, scan
-from ._fragment import CommitRecord, Fragment
-from ._reader import JUMPED, ReaderBase, warn_jump
+from ._files import (
+    JournalDir,
+    Scan,
+    open_commit,
+    open_fragment_path,
+    quarantined_through,
+    read_record,
+    scan,
+)
+from ._fragment import RECORD_SIZE, CommitRecord, Fragment, damaged_slot, open_name
+from ._reader import JUMPED, ReaderBase, warn_jump, warn_quarantined
 from ._util import check_read_args
 
 if TYPE_CHECKING:
@@ -43,7 +51,7 @@ class LocalJournalReader(ReaderBase):
         block: bool,
         commit_fd: int,
         watch: Watch | None,
-        sealed: list[Fragment],
+        listing: Scan,
     ) -> None:
         super().__init__(jd.name, offset, end_offset, block)
         self._store = store
@@ -52,8 +60,9 @@ class LocalJournalReader(ReaderBase):
         st = os.fstat(commit_fd)
         self._commit_id = (st.st_dev, st.st_ino)
         self._watch = watch
-        self._sealed = sealed
-        self._sealed_begins = [f.begin for f in sealed]
+        self._sealed = listing.sealed
+        self._sealed_begins = [f.begin for f in self._sealed]
+        self._quarantined = listing.quarantined
         # The fragment file being read: bytes [_fbegin, _flimit) are readable.
         self._fd: int | None = None
         self._fbegin = 0
@@ -95,6 +104,13 @@ class LocalJournalReader(ReaderBase):
                 nxt = frag_after.begin if frag_after is not None else rec.begin
                 if nxt <= off:
                     continue  # The directory changed under us: look again.
+                through = quarantined_through(self._quarantined, off)
+                if through > off:
+                    # Damaged bytes moved to quarantine (by a repair, or by
+                    # a writer that found a damaged commit record).
+                    self._offset = min(through, nxt)
+                    warn_quarantined(self._journal, off, self._offset, self._quarantined)
+                    return JUMPED
                 if self._sealed_begins and self._sealed_begins[0] < off:
                     # Retention removes fragments from the start only, so a
                     # gap after a kept fragment is damage (a fragment file
@@ -105,6 +121,8 @@ class LocalJournalReader(ReaderBase):
                             f"{off:016x}-{nxt:016x}",
                             f"no fragment holds offsets [{off}, {nxt}), but earlier ones"
                             " are kept (a fragment file is missing)",
+                            off,
+                            nxt,
                         )
                     hole = off
                     continue
@@ -140,8 +158,10 @@ class LocalJournalReader(ReaderBase):
         n = os.preadv(self._fd, [buf], pos) if _HAVE_PREADV else _pread_copy(self._fd, buf, pos)
         if n <= 0:
             raise self._jd.corrupt(
-                "@open" if not self._fsealed else f"fragment at {self._fbegin}",
+                open_name(self._fbegin) if not self._fsealed else f"fragment at {self._fbegin}",
                 f"file ends before committed offset {self._fbegin + pos}",
+                self._fbegin + pos,
+                self._flimit,
             )
         return n
 
@@ -163,7 +183,8 @@ class LocalJournalReader(ReaderBase):
         return self._sealed[i] if i < len(self._sealed) else None
 
     def _rescan(self) -> None:
-        self._sealed = scan(self._jd).sealed
+        listing = scan(self._jd)
+        self._sealed, self._quarantined = listing.sealed, listing.quarantined
         self._sealed_begins = [f.begin for f in self._sealed]
 
     def _close_file(self) -> None:
@@ -221,12 +242,15 @@ def open_reader(
     commit_fd = open_commit(jd)
     watch = store._watcher.subscribe(jd.path) if block else None
     try:
+        raw = os.pread(commit_fd, RECORD_SIZE, 0)
         rec = read_record(jd, commit_fd)
         offset = check_read_args(jd.name, offset, end_offset, block, rec.end)
-        sealed = scan(jd).sealed  # Also checks the directory for foreign files.
+        listing = scan(jd)  # Also checks the directory for foreign files.
+        if damaged_slot(raw, rec):
+            store._warn_damaged_record(jd, rec)
     except BaseException:
         os.close(commit_fd)
         if watch is not None:
             store._watcher.unsubscribe(watch)
         raise
-    return LocalJournalReader(store, jd, offset, end_offset, block, commit_fd, watch, sealed)
+    return LocalJournalReader(store, jd, offset, end_offset, block, commit_fd, watch, listing)

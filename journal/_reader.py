@@ -10,7 +10,8 @@ from __future__ import annotations
 import io
 import logging
 import threading
-from typing import TYPE_CHECKING, Final
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from _typeshed import WriteableBuffer
@@ -199,5 +200,19 @@ def warn_jump(journal: str, old: int, new: int) -> None:
         journal,
         old,
         new,
+        new,
+    )
+
+
+def warn_quarantined(journal: str, old: int, new: int, quarantined: Sequence[Any]) -> None:
+    """Log that a reader skipped damaged bytes ``[old, new)``, which are in quarantine."""
+    files = ", ".join(q.path for q in quarantined if q.begin < new and q.end > old)
+    LOG.warning(
+        "journal %s: offsets [%d, %d) were damaged and are in quarantine (%s);"
+        " continuing at offset %d",
+        journal,
+        old,
+        new,
+        files,
         new,
     )

@@ -47,6 +47,7 @@ from ._spec import AppendResult
 LOG: Final = logging.getLogger("journal")
 
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 
 # AppendResult((journal, begin, end)) without the Python-level __new__ of a
 # NamedTuple: a batch's results are built by map() with no Python call each.
@@ -157,7 +158,9 @@ class JournalWriter(AppendQueue):
             created = self._open_fd is None
             if created:
                 self._open_fd = os.open(
-                    open_fragment_path(self.jd, rec), os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o644
+                    open_fragment_path(self.jd, rec),
+                    os.O_RDWR | os.O_CREAT | _O_CLOEXEC | _O_NOFOLLOW,
+                    0o644,
                 )
                 # The file may exist already, holding only the uncommitted
                 # bytes of a writer that died: cut them.

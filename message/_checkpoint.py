@@ -23,6 +23,16 @@ from ._envelope import ProducerState
 from ._errors import CheckpointError
 
 
+def _varint(n: int) -> bytes:
+    """Protobuf's base-128 varint of a non-negative ``n``."""
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
 def _state_key(s: ProducerState) -> tuple[str, bytes]:
     return (s.journal, s.producer)
 
@@ -69,9 +79,28 @@ class Checkpoint:
         return pb
 
     def to_bytes(self) -> bytes:
-        """Protobuf encoding (deterministic: map entries sorted by journal)."""
-        data: bytes = self.to_proto().SerializeToString(deterministic=True)
-        return data
+        """Protobuf encoding (deterministic: map entries sorted by journal).
+
+        The bytes are those Gazette's Go encoder writes (which orders map
+        entries at random): in particular an ACK intent that is empty is an
+        entry with its key alone, where protobuf's Python encoder would also
+        write the empty value (``12 00``)."""
+        pb = self.to_proto()
+        if not any(not intent for intent in self.ack_intents.values()):
+            data: bytes = pb.SerializeToString(deterministic=True)
+            return data
+        # Field 1 (sources) by the generated code, then field 2 (ack_intents)
+        # entry by entry, in the order the deterministic encoder would use.
+        pb.ClearField("ack_intents")
+        out = bytearray(pb.SerializeToString(deterministic=True))
+        for key, intent in sorted(
+            ((j.encode(), bytes(i)) for j, i in self.ack_intents.items())
+        ):
+            entry = bytearray(b"\x0a") + _varint(len(key)) + key
+            if intent:
+                entry += b"\x12" + _varint(len(intent)) + intent
+            out += b"\x12" + _varint(len(entry)) + entry
+        return bytes(out)
 
     @classmethod
     def from_proto(cls, pb: checkpoint_pb2.Checkpoint) -> Checkpoint:

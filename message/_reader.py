@@ -12,12 +12,14 @@ import io
 import logging
 import os
 from collections import deque
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, Self, cast
 
 from framing import FramingError, TruncatedFrameError, framing_by_content_type
+from journal import CorruptJournalError
 
 from ._checkpoint import Checkpoint
+from ._damage import DamageSkippingReader
 from ._envelope import Envelope
 from ._errors import MustStartReplay
 from ._interfaces import NewMessageFunc
@@ -96,6 +98,26 @@ class _OffsetTracker:
         return data
 
 
+class _StreamOf(io.RawIOBase):
+    """The bytes an _OffsetTracker reads, as a raw stream whose position
+    counts the bytes returned (for io.BufferedReader)."""
+
+    def __init__(self, tracker: _OffsetTracker) -> None:
+        super().__init__()
+        self._tracker = tracker
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._tracker.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def tell(self) -> int:
+        return self._tracker.pos
+
+
 class _Steps(Protocol):
     """What runs an iteration: a generator, or one of the C loops."""
 
@@ -139,7 +161,13 @@ class ReadUncommittedIter(_EnvelopeIter):
 
     A frame that cannot be decoded raises its framing error, with
     ``.journal`` and ``.offset`` set; with ``skip_corrupt=True`` it is
-    skipped, logged and counted in :attr:`skipped` instead.
+    skipped, logged and counted in :attr:`skipped` instead. A damaged piece
+    of the journal (a fragment that does not match its name, one that is
+    missing) raises the client's ``journal.CorruptJournalError`` once the
+    frames before it are delivered; with ``skip_corrupt=True`` it is skipped
+    as a whole, logged, counted, and listed in :attr:`skipped_ranges`.
+    ``on_skip(error)``, if given, is told of each skipped frame or piece
+    instead of the log (the error has ``.journal`` and ``.offset``).
     """
 
     def __init__(
@@ -152,6 +180,7 @@ class ReadUncommittedIter(_EnvelopeIter):
         end_offset: int | None = None,
         block: bool = False,
         skip_corrupt: bool = False,
+        on_skip: Callable[[Exception], None] | None = None,
     ) -> None:
         self.spec: JournalSpec = client.get(journal)
         try:
@@ -161,11 +190,19 @@ class ReadUncommittedIter(_EnvelopeIter):
             raise
         self._new_message = new_message
         self._skip_corrupt = skip_corrupt
+        self._on_skip = on_skip
         self._quiet = False  # a replay: corrupt frames were reported already
         self.skipped = 0
+        #: Offsets ``[begin, end)`` of damaged pieces of the journal skipped
+        #: (with ``skip_corrupt``; each also counts in ``skipped``).
+        self.skipped_ranges: list[tuple[int, int]] = []
         self._start = offset
         self._last: Envelope | None = None
-        self._reader = client.read(journal, offset, end_offset, block=block)
+        self._reader: JournalReader = client.read(journal, offset, end_offset, block=block)
+        if skip_corrupt:
+            self._reader = DamageSkippingReader(
+                client, self._reader, end_offset, block, self._damaged
+            )
         bulk = hasattr(self._framing, "read_frames") and hasattr(self._framing, "unmarshal_frame")
         # The C loop, when built: the same steps as _generate.
         self._fast: Any = None
@@ -177,27 +214,31 @@ class ReadUncommittedIter(_EnvelopeIter):
             self._gen = self._generate() if bulk else self._generate_per_frame()
 
     def _generate_per_frame(self) -> Generator[Envelope, None, None]:
-        """For a framing with only the Framing protocol's new_unmarshal_func:
-        frame offsets come from the buffered reader's position, which is the
-        journal offset (it follows retention jumps too)."""
+        """For a framing with only the Framing protocol's new_unmarshal_func.
+        It reads a continuous stream (positions); the tracker maps them to
+        journal offsets, which jump over what retention removed or what was
+        skipped as damaged. (The buffered reader's own position could not:
+        it is taken before the read that meets a jump.)"""
         spec, new_message = self.spec, self._new_message
-        r = io.BufferedReader(cast(io.RawIOBase, self._reader))
+        tracker = self._tracker = _OffsetTracker(self._reader)
+        r = io.BufferedReader(_StreamOf(tracker))
         unmarshal = self._framing.new_unmarshal_func(r)
         try:
             while True:
-                begin = r.tell()
+                pos = r.tell()
                 msg = new_message(spec)
                 try:
                     unmarshal(msg)
                 except EOFError:
                     return
                 except TruncatedFrameError as exc:
-                    self._corrupt(exc, begin)
+                    self._corrupt(exc, tracker.base_at(pos) + pos)
                     return
                 except FramingError as exc:
-                    self._corrupt(exc, begin)
+                    self._corrupt(exc, tracker.base_at(pos) + pos)
                     continue
-                env = self._last = Envelope(spec, begin, r.tell(), msg)
+                base = tracker.base_at(pos)
+                env = self._last = Envelope(spec, base + pos, base + r.tell(), msg)
                 yield env
         finally:
             self._reader.close()
@@ -250,8 +291,8 @@ class ReadUncommittedIter(_EnvelopeIter):
         so its bytes are not what the framing says."""
         tracker = self._tracker
         assert tracker is not None
-        offset = tracker.base + (exc.offset or 0) if not tracker.jumps else -1
-        self._corrupt(exc, offset)
+        pos = exc.offset or 0  # where the partial frame began in the stream
+        self._corrupt(exc, tracker.base_at(pos) + pos)
 
     @property
     def offset(self) -> int:
@@ -265,6 +306,22 @@ class ReadUncommittedIter(_EnvelopeIter):
         self._gen.close()
         self._reader.close()  # if _gen never started, closing it did nothing
 
+    def _damaged(self, exc: CorruptJournalError, begin: int, end: int) -> None:
+        """Told by the reader that the journal's bytes ``[begin, end)`` are
+        damaged (a fragment that does not match its name, a missing one) and
+        are skipped: count and log it."""
+        self.skipped += 1
+        self.skipped_ranges.append((begin, end))
+        if self._quiet:
+            return
+        if self._on_skip is not None:
+            self._on_skip(exc)
+        else:
+            log.warning(
+                "skipped damaged bytes of %s at offsets [%d, %d): %s",
+                self.spec.name, begin, end, exc.reason,
+            )
+
     def _corrupt(self, exc: FramingError, offset: int) -> None:
         exc_any: Any = exc
         exc_any.journal = self.spec.name
@@ -273,7 +330,11 @@ class ReadUncommittedIter(_EnvelopeIter):
             exc.add_note(f"in journal {self.spec.name} at offset {offset}")
             raise exc
         self.skipped += 1
-        if not self._quiet:
+        if self._quiet:
+            return
+        if self._on_skip is not None:
+            self._on_skip(exc)
+        else:
             log.warning(
                 "skipped a corrupt frame of %s at offset %d: %s", self.spec.name, offset, exc
             )
@@ -339,8 +400,13 @@ class ReadCommittedIter(_EnvelopeIter):
 
     @property
     def skipped(self) -> int:
-        """Corrupt frames skipped (with ``skip_corrupt=True``)."""
+        """Corrupt frames and damaged pieces skipped (with ``skip_corrupt=True``)."""
         return self._uncommitted.skipped
+
+    @property
+    def skipped_ranges(self) -> list[tuple[int, int]]:
+        """Offsets ``[begin, end)`` of the damaged pieces of the journal skipped."""
+        return self._uncommitted.skipped_ranges
 
     def _generate(self) -> Generator[Envelope, None, None]:
         for env in self._uncommitted:

@@ -21,6 +21,8 @@ from uuid import UUID
 
 import uuid6
 
+from framing import FrameDecodeError
+
 from ._uuid import UUID_INT_OF, _uuid_from_int
 
 NIL_UUID = uuid.UUID(int=0)
@@ -234,12 +236,16 @@ class CSVRecord(list[str]):
         return list(self)
 
     def unmarshal_csv(self, fields: list[str]) -> None:
+        # A record whose first field is no UUID is a corrupt frame like any
+        # other: a FrameDecodeError (also a ValueError), which readers with
+        # skip_corrupt skip and count.
         if not fields:
-            raise ValueError("a CSVRecord needs at least the UUID field")
+            raise FrameDecodeError("a CSVRecord needs at least the UUID field")
         try:
             uuid.UUID(fields[0])
         except ValueError:
-            raise ValueError(f"first field of a CSVRecord is not a UUID: {fields[0]!r}") from None
+            shown = fields[0] if len(fields[0]) <= 40 else fields[0][:40] + "..."
+            raise FrameDecodeError(f"first field of a CSVRecord is not a UUID: {shown!r}") from None
         self[:] = fields
 
 

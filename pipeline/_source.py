@@ -24,9 +24,14 @@ Options (all strings, as Spark passes them):
                        micro-batch (whole frames, shared by the journals with data)
 ``content_type``       writes to a journal that does not exist yet create it with
                        this framing: ``ndjson`` (default), ``csv`` or ``proto``
-``include_acks``       ``true`` (default): rows are exactly what a Sequencer emits,
-                       ACK_TXN messages included; ``false`` leaves them out
+``include_acks``       ``false`` (default): read-committed rows leave out ACK_TXN
+                       messages (control records, as Kafka's transaction markers);
+                       ``true``: rows are exactly what a Sequencer emits. Read
+                       uncommitted returns every frame, ACKs included
 =====================  ==========================================================
+
+A content field named like a metadata column (``uuid``, ``begin``, ...) is
+the column ``content_<name>`` (see ``content_columns``).
 """
 
 from __future__ import annotations
@@ -55,10 +60,15 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
 from pyspark.sql.types import StructType
 
-from framing import CONTENT_TYPE_CSV, CONTENT_TYPE_JSON_LINES, CONTENT_TYPE_PROTO_FIXED
+from framing import (
+    CONTENT_TYPE_CSV,
+    CONTENT_TYPE_JSON_LINES,
+    CONTENT_TYPE_PROTO_FIXED,
+    registered_content_types,
+)
 from journal import JournalNotFoundError, JournalSpec, LocalJournalStore
 
-from ._content import META_DDL, META_NAMES, ContentSpec, proto_content_ddl
+from ._content import META_DDL, META_FIELDS, META_NAMES, ContentSpec, proto_content_ddl
 from ._scan import READ_COMMITTED, READ_UNCOMMITTED, read_journal
 from ._stream import (
     Offset,
@@ -142,19 +152,102 @@ def _inferred_ddl(options: Mapping[str, str]) -> str:
     return ", ".join(f"`{name}` {ddl}" for name, ddl in columns.items())
 
 
+#: The comment of a content column renamed because its field has the name of
+#: an envelope column: ``message field uuid`` names the field it holds.
+RENAMED_COMMENT: Final = "message field "
+
+
+def content_columns(ddl: str) -> str:
+    """``ddl`` with each content field named like an envelope column
+    (``uuid``, ``begin``, ...) renamed ``content_<name>``: the column keeps the
+    message's field, whose name its comment says, and Spark never sees two
+    columns of one name (its AMBIGUOUS_REFERENCE)."""
+    items = _ddl_items(ddl)
+    taken = set(META_NAMES) | {name for name, _ in items}
+    out = []
+    for name, text in items:
+        if name not in META_NAMES:
+            out.append(text)
+            continue
+        column = f"content_{name}"
+        while column in taken:
+            column = f"content_{column}"
+        taken.add(column)
+        rest = text.strip()[len(_quoted(name)) if text.strip().startswith("`") else len(name):]
+        if " comment " in f" {rest.lower()} ":
+            raise ValueError(
+                f"the content column {name!r} has the name of an envelope column, and a"
+                f" comment: name it otherwise in the schema (its field is read as {column!r}"
+                " without a comment)"
+            )
+        out.append(f"{_quoted(column)} {rest.strip()} COMMENT '{RENAMED_COMMENT}{name}'")
+    return ", ".join(out)
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _ddl_items(ddl: str) -> list[tuple[str, str]]:
+    """``(name, text)`` of each top-level column of a DDL string."""
+    items: list[tuple[str, str]] = []
+    depth, quote, start = 0, "", 0
+    for i, ch in enumerate(ddl + ","):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "`'\"":
+            quote = ch
+        elif ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            text = ddl[start:i]
+            start = i + 1
+            if text.strip():
+                items.append((_ddl_name(text.strip()), text.strip()))
+    return items
+
+
+def _ddl_name(item: str) -> str:
+    if item.startswith("`"):
+        name, i = [], 1
+        while i < len(item):
+            if item[i] == "`":
+                if item[i + 1 : i + 2] == "`":
+                    name.append("`")
+                    i += 2
+                    continue
+                break
+            name.append(item[i])
+            i += 1
+        return "".join(name)
+    return item.replace(":", " ").split()[0]
+
+
 def content_spec(options: Mapping[str, str], schema: StructType) -> ContentSpec:
-    """The ContentSpec of the non-metadata columns of ``schema``."""
-    fields = [f for f in schema.fields if f.name not in META_NAMES]
+    """The ContentSpec of the content columns of ``schema`` (those after the
+    metadata columns): each holds the message field of its name, or the one
+    its comment names (see ``content_columns``)."""
+    fields = schema.fields[len(META_FIELDS) :]
     arrow = to_arrow_schema(StructType(fields), timezone="UTC") if fields else pa.schema([])
     path = tuple(p for p in options.get("uuid_path", "_meta/uuid").split("/") if p)
     if not path:
         raise ValueError("uuid_path must name at least one key")
     return ContentSpec(
-        tuple((f.name, f.type) for f in arrow),
+        tuple((_field_of(f), a.type) for f, a in zip(fields, arrow, strict=True)),
         uuid_path=path,
         proto_class=options.get("proto_class") or None,
         uuid_field=options.get("uuid_field", "uuid"),
     )
+
+
+def _field_of(column: Any) -> str:
+    comment = (column.metadata or {}).get("comment", "")
+    if comment.startswith(RENAMED_COMMENT) and comment[len(RENAMED_COMMENT) :] in META_NAMES:
+        return str(comment[len(RENAMED_COMMENT) :])
+    return str(column.name)
 
 
 def _root(options: Mapping[str, str]) -> str:
@@ -191,21 +284,25 @@ def _max_bytes_per_trigger(options: Mapping[str, str]) -> int | None:
 
 
 def _include_acks(options: Mapping[str, str]) -> bool:
-    value = options.get("include_acks", "true").lower()
+    value = options.get("include_acks", "false").lower()
     if value not in ("true", "false"):
         raise ValueError(f"include_acks must be true or false, not {value!r}")
     return value == "true"
 
 
+_FLAGS_COLUMN: Final = [name for name, _ in META_FIELDS].index("flags")
+
+
 def _conform(batch: pa.RecordBatch, schema: pa.Schema, acks: bool = True) -> pa.RecordBatch:
     """``batch`` with exactly the columns and types Spark expects (without
-    ACK_TXN rows unless ``acks``)."""
+    ACK_TXN rows unless ``acks``). Columns go by position: the metadata
+    columns, then the content columns, whose names may differ from their
+    fields' (``content_columns``)."""
     if not acks:
-        flags = batch.column(batch.schema.get_field_index("flags"))
-        batch = batch.filter(pc.not_equal(flags, 2))
+        batch = batch.filter(pc.not_equal(batch.column(_FLAGS_COLUMN), 2))
     cols = []
-    for f in schema:
-        col = batch.column(batch.schema.get_field_index(f.name))
+    for i, f in enumerate(schema):
+        col = batch.column(i)
         cols.append(col if col.type == f.type else col.cast(f.type))
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
@@ -219,7 +316,7 @@ class JournalDataSource(DataSource):
 
     def schema(self) -> str:
         _max_bytes_per_trigger(self.options)  # a bad value fails load(), not a query later
-        ddl = content_ddl(self.options)
+        ddl = content_columns(content_ddl(self.options))
         return f"{META_DDL}, {ddl}" if ddl else META_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
@@ -259,7 +356,8 @@ class JournalReader(DataSourceReader):
             raise ValueError(f"isolation must be {READ_COMMITTED} or {READ_UNCOMMITTED}")
         self.content = content_spec(options, schema)
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
-        self.acks = _include_acks(options)
+        # ACKs are control records of read committed; read uncommitted is every frame.
+        self.acks = _include_acks(options) or self.isolation == READ_UNCOMMITTED
         recover(self.root)
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -323,7 +421,13 @@ def _create_target_journal(options: Mapping[str, str]) -> None:
             store.get(journal)
         except JournalNotFoundError:
             ct = options.get("content_type") or CONTENT_TYPE_JSON_LINES
-            store.create(journal, {"content-type": _CONTENT_TYPES.get(ct, ct)})
+            ct = _CONTENT_TYPES.get(ct, ct)
+            if ct not in registered_content_types():
+                raise ValueError(
+                    f"content_type {options.get('content_type')!r}: no framing writes it;"
+                    f" use ndjson, csv or proto"
+                ) from None
+            store.create(journal, {"content-type": ct})
 
 
 _CONTENT_TYPES: Final = {

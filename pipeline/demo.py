@@ -20,10 +20,11 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import orjson
 
@@ -33,9 +34,62 @@ _MARKER = "@demo"  # marks a directory this demo created, so a re-run may replac
 _PARTS = 4
 
 
+#: While something slow runs (Spark starting, its jobs), a line this often.
+PROGRESS_SECONDS: Final = 5.0
+_SAY = threading.Lock()
+
+
 def _say(out: TextIO, t0: float, text: str) -> None:
-    out.write(f"[{time.monotonic() - t0:5.1f}s] {text}\n")
-    out.flush()
+    with _SAY:  # lines come from the progress thread too
+        out.write(f"[{time.monotonic() - t0:5.1f}s] {text}\n")
+        out.flush()
+
+
+class _Progress:
+    """Says every ``every`` seconds, while its block runs, what is going on: the
+    progress of Spark's active stages (from its status tracker) when there
+    are any, else that ``what`` is still going on. Never a silent minute."""
+
+    def __init__(
+        self, out: TextIO, t0: float, what: str, *, spark: Any = None, every: float
+    ) -> None:
+        self.out, self.t0, self.what, self.spark, self.every = out, t0, what, spark, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demo-progress", daemon=True)
+
+    def __enter__(self) -> _Progress:
+        self.started = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            stages = self._stages()
+            waited = time.monotonic() - self.started
+            _say(self.out, self.t0, stages or f"... {self.what} ({waited:.0f}s so far)")
+
+    def _stages(self) -> str:
+        if self.spark is None:
+            return ""
+        try:
+            tracker = self.spark.sparkContext.statusTracker()
+            parts = []
+            for sid in sorted(tracker.getActiveStageIds()):
+                info = tracker.getStageInfo(sid)
+                if info is None:
+                    continue
+                # A stage's name is where it comes from, often an internal closure.
+                name = info.name.split(" at ")[0]
+                what = f" ({name})" if name and not name.startswith("$") else ""
+                parts.append(f"stage {sid}{what}: {info.numCompletedTasks}/{info.numTasks}"
+                             f" tasks done, {info.numActiveTasks} running")
+        except Exception:  # the progress line must never break the demo
+            return ""
+        return ("Spark: " + "; ".join(parts)) if parts else ""
 
 
 def _prepare(root: Path) -> None:
@@ -83,9 +137,16 @@ def _duplicate_frames(journals: Path, rng: random.Random, count: int) -> int:
     return n
 
 
-def run_demo(store: Path | None = None, *, out: TextIO = sys.stdout) -> int:
+def run_demo(
+    store: Path | None = None,
+    *,
+    out: TextIO = sys.stdout,
+    progress_every: float = PROGRESS_SECONDS,
+) -> int:
     """Run the demo in ``store`` (default ``./demo-store``); returns an exit status
-    (0 when every computed figure matches what the producers committed)."""
+    (0 when every computed figure matches what the producers committed).
+    While Spark starts and works, a line says what it is doing every
+    ``progress_every`` seconds."""
     t0 = time.monotonic()
     # Absolute: Spark's JVM and workers resolve relative paths on their own.
     root = (Path(store) if store is not None else Path("demo-store")).resolve()
@@ -111,13 +172,14 @@ def run_demo(store: Path | None = None, *, out: TextIO = sys.stdout) -> int:
     _say(out, t0, f"killed producer {killed.pid} with SIGKILL in the middle of a "
          "500-click transaction")
     reports: dict[str, Any] = {}
-    for name, proc in procs.items():
-        stdout, _ = proc.communicate(timeout=120)
-        if proc.returncode != 0:
-            raise RuntimeError(f"producer {name} failed with status {proc.returncode}")
-        reports[name] = orjson.loads(stdout.strip().splitlines()[-1])
-        _say(out, t0, f"producer {name} done: {sum(reports[name]['pages'].values())} "
-             "clicks committed")
+    with _Progress(out, t0, "producers publishing", every=progress_every):
+        for name, proc in procs.items():
+            stdout, _ = proc.communicate(timeout=120)
+            if proc.returncode != 0:
+                raise RuntimeError(f"producer {name} failed with status {proc.returncode}")
+            reports[name] = orjson.loads(stdout.strip().splitlines()[-1])
+            _say(out, t0, f"producer {name} done: {sum(reports[name]['pages'].values())} "
+                 "clicks committed")
     dups = _duplicate_frames(journals, random.Random(5), 200)
     _say(out, t0, f"re-appended {dups} runs of existing frames (at-least-once retries)")
 
@@ -131,16 +193,35 @@ def run_demo(store: Path | None = None, *, out: TextIO = sys.stdout) -> int:
     live = {s: p for s, p in final.items() if p is not None}
 
     # -- the Spark job -----------------------------------------------------
-    _say(out, t0, "starting Spark (local, 2 cores)")
-    from pyspark.sql import functions as F  # noqa: N812 -- the usual alias
+    _say(out, t0, "starting Spark (local, 2 cores; its JVM takes a while to start)")
+    with _Progress(out, t0, "starting Spark", every=progress_every):
+        from pyspark.sql import functions as F  # noqa: N812 -- the usual alias
 
+        import pipeline
+
+        spark = pipeline.local_session("local[2]", app="exactly-demo")
+    _say(out, t0, "Spark is up; reading committed clicks")
+    with _Progress(out, t0, "Spark working", spark=spark, every=progress_every):
+        return _spark_job(spark, F, root, out, t0, expected_pages, expected_sessions, live)
+
+
+def _spark_job(
+    spark: Any,
+    F: Any,  # noqa: N803 -- pyspark.sql.functions, as usually named
+    root: Path,
+    out: TextIO,
+    t0: float,
+    expected_pages: Counter[str],
+    expected_sessions: Counter[str],
+    live: dict[str, Any],
+) -> int:
+    """The Spark job, then the verification of what it computed."""
     import pipeline
 
-    spark = pipeline.local_session("local[2]", app="exactly-demo")
-    _say(out, t0, "Spark is up; reading committed clicks")
+    journals = root / "journals"
     opts = {"root": str(journals), "selector": "app=clicks",
             "schema": "session string, page string, ms long"}
-    committed = spark.read.format("journal").options(**opts, include_acks="false").load()
+    committed = spark.read.format("journal").options(**opts).load()  # no ACK rows
     committed = committed.cache()
     views = committed.where(F.col("page").isNotNull())
     per_page = views.groupBy("page").count()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -135,7 +136,7 @@ def test_quick_demo_is_exactly_once(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert "exactly once:     yes" in r.stdout
-    assert "replays" in r.stdout and "with 0 replays" not in r.stdout
+    assert "replay" in r.stdout and "with 0 replays" not in r.stdout
 
 
 def test_read_since_a_time(tmp_path: Path) -> None:
@@ -203,7 +204,7 @@ def test_append_refuses_bytes_that_are_not_utf8(tmp_path: Path) -> None:
             input=b"ok\nbad \xff\n", capture_output=True, timeout=60,
         )
         assert r.returncode == 1
-        assert r.stderr.decode().startswith("exactly: error: line 2: not UTF-8")
+        assert r.stderr.decode().startswith("exactly: error: line 2 is not UTF-8 text")
 
 
 def test_append_csv_records(tmp_path: Path) -> None:
@@ -390,7 +391,7 @@ def test_read_corrupt_frame_names_journal_and_the_way_out(tmp_path: Path) -> Non
     assert f"offset {end}" in r.stderr and "--skip-corrupt" in r.stderr
     r = run(root, "read", "n/j", "--skip-corrupt")
     assert [json.loads(x)["message"]["a"] for x in r.stdout.splitlines()] == [1, 2]
-    assert "skipped 1 corrupt frames" in r.stderr
+    assert "skipped 1 corrupt frame" in r.stderr and "frames" not in r.stderr
     r = run(root, "read", "n/j", "--offset", "3")
     assert r.returncode == 1 and "is 3 the offset of a frame's start?" in r.stderr
 
@@ -420,3 +421,167 @@ def test_journal_named_like_a_directory_of_the_cli(tmp_path: Path) -> None:
     ok(root, "append", ".intents", "--transaction", input='{"n": 2}\n')
     assert "2 frames, 2 committed" in ok(root, "inspect", ".intents")
     assert "t/j" in ok(root, "journals", "list")
+
+
+def test_read_skips_a_csv_line_whose_first_field_is_no_uuid(tmp_path: Path) -> None:
+    """One foreign line in a CSV journal is a corrupt frame: `read` names it in
+    one line, and `read --skip-corrupt` skips it and reads on."""
+    from journal import LocalJournalStore
+
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "c/j", "--content-type", "csv")
+    ok(root, "append", "c/j", input="a,1\n")
+    with LocalJournalStore(root) as store:
+        foreign = store.append("c/j", b"hello,world\n").result().begin
+    ok(root, "append", "c/j", input="b,2\n")
+    r = run(root, "read", "c/j")
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert "not a UUID" in r.stderr and f"offset {foreign}" in r.stderr
+    r = run(root, "read", "c/j", "--skip-corrupt")
+    assert r.returncode == 0, r.stderr
+    assert [json.loads(x)["message"][1:] for x in r.stdout.splitlines()] == [["a", "1"], ["b", "2"]]
+    assert "skipped 1 corrupt frame" in r.stderr
+
+
+@pytest.mark.parametrize("ct", ["xml", "../../x", "application/xml"])
+def test_create_refuses_a_content_type_no_framing_knows(tmp_path: Path, ct: str) -> None:
+    """An unknown content type is refused at create, listing the known ones,
+    instead of failing at the first append or read."""
+    root = tmp_path / "store"
+    r = run(root, "journals", "create", "x/j", "--content-type", ct)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert f"unknown content type {ct!r}" in r.stderr
+    for known in ("ndjson", "csv", "proto", "application/x-protobuf-fixed"):
+        assert known in r.stderr
+    assert run(root, "journals", "list").stdout == ""
+    assert "created x/j (text/csv)" in ok(root, "journals", "create", "x/j", "-t", "text/csv")
+
+
+def test_append_says_what_was_published_before_a_bad_line(tmp_path: Path) -> None:
+    """A bad line stops the append: the error says how many messages were
+    published before it, and that --transaction makes it all or nothing."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "j/x")
+    r = run(root, "append", "j/x", input='{"ok":1}\n{bad\n')
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert "line 2: not a JSON document" in r.stderr
+    assert "1 message was published before it" in r.stderr and "--transaction" in r.stderr
+    r = run(root, "append", "j/x", input='{"ok":2}\n{"ok":3}\n{bad\n')
+    assert "2 messages were published before it" in r.stderr
+    r = run(root, "append", "j/x", "--transaction", input='{"ok":4}\n{bad\n')
+    assert r.returncode == 1 and "rolled back" in r.stderr and "nothing" in r.stderr
+    got = [json.loads(x)["message"].get("ok") for x in ok(root, "read", "j/x").splitlines()]
+    assert got == [1, 2, 3]
+
+
+def test_binary_input_to_an_ndjson_append_is_not_utf8_text(tmp_path: Path) -> None:
+    """Bytes that are not UTF-8 in JSON input: `line N is not UTF-8 text`."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "j/x")
+    r = subprocess.run(
+        [sys.executable, "-m", "exactly", "--root", str(root), "append", "j/x"],
+        input=b'{"a": 1}\n{"b": "\xff\xfe"}\n', capture_output=True, timeout=60,
+    )
+    err = r.stderr.decode()
+    assert r.returncode == 1 and "line 2 is not UTF-8 text" in err and "surrogates" not in err
+    assert "1 message was published before it" in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("journals", "list"),
+        ("journals", "list", "--json"),
+        ("read", "r/j"),
+        ("inspect", "r/j"),
+        ("fsck",),
+    ],
+)
+def test_root_is_taken_after_the_subcommand_too(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """--root works before the subcommand and after it, the same way."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "r/j")
+    ok(root, "append", "r/j", input='{"n": 1}\n')
+    before = subprocess.run(
+        [sys.executable, "-m", "exactly", "--root", str(root), *args],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    after = subprocess.run(
+        [sys.executable, "-m", "exactly", *args, "--root", str(root)],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert before.returncode == 0 and after.returncode == 0, (before.stderr, after.stderr)
+    assert before.stdout.strip() and _same(before.stdout, after.stdout)
+    assert not (tmp_path / "exactly-store").exists()
+
+
+def _same(a: str, b: str) -> bool:
+    """The same output, but for what changes from run to run (times)."""
+    return a.splitlines()[0].split("\t")[0][:40] == b.splitlines()[0].split("\t")[0][:40]
+
+
+def test_root_after_the_subcommand_for_create_append_and_trim(tmp_path: Path) -> None:
+    """Every command that works on a store takes --root after its arguments."""
+    root = tmp_path / "store"
+
+    def after(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "exactly", *args, "--root", str(root)],
+            input=input, capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        )
+
+    assert after("journals", "create", "a/j").returncode == 0
+    assert after("append", "a/j", input='{"n": 1}\n').returncode == 0
+    assert after("journals", "trim", "a/j", "--before", "0").returncode == 0
+    assert "a/j" in after("journals", "list").stdout
+    assert not (tmp_path / "exactly-store").exists()
+
+
+def test_recreating_a_journal_says_it_already_exists(tmp_path: Path) -> None:
+    """Creating a journal that exists says so (and changes nothing); with other
+    labels it is an error."""
+    root = tmp_path / "store"
+    assert "created a/j (application/x-ndjson)" in ok(root, "journals", "create", "a/j")
+    out = ok(root, "journals", "create", "a/j")
+    assert "a/j already exists" in out and "created" not in out
+    r = run(root, "journals", "create", "a/j", "-t", "csv")
+    assert r.returncode == 1 and "already exists with other labels" in r.stderr
+
+
+def test_counts_are_plain_english(tmp_path: Path) -> None:
+    """`appended 1 message`, not `1 messages`; the quick demo says what is pending in words."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "a/j")
+    r = run(root, "append", "a/j", input='{"n": 1}\n')
+    assert "appended 1 message to a/j" in r.stderr
+    r = run(root, "append", "a/j", input='{"n": 1}\n{"n": 2}\n')
+    assert "appended 2 messages to a/j" in r.stderr
+    out = ok(tmp_path / "demo", "demo", "--quick", "--store", str(tmp_path / "demo"))
+    assert "(True)" not in out and "(False)" not in out
+    assert "still pending:    carol's transaction: never acknowledged" in out
+
+
+def test_read_a_journal_with_a_damaged_fragment(tmp_path: Path) -> None:
+    """A fragment cut short in the middle: `read` prints the messages before it
+    and one error line naming it; `read --skip-corrupt` reads on after it."""
+    from journal import LocalJournalStore
+    from message import JsonDocument, Publisher
+
+    root = tmp_path / "store"
+    with LocalJournalStore(root, fragment_size=150) as store:
+        store.create("d/j", {"content-type": "application/x-ndjson"})
+        pub = Publisher(store)
+        for i in range(12):
+            pub.publish_committed(lambda _m: ("d/j", "application/x-ndjson"),
+                                  JsonDocument(n=i)).result()
+        victim = store.fragments("d/j")[1]
+    os.truncate(victim.path, 10)
+    r = run(root, "read", "d/j")
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    assert Path(victim.path).name in r.stderr and f"[{victim.begin}, {victim.end})" in r.stderr
+    before = [json.loads(x)["end"] for x in r.stdout.splitlines()]
+    assert before and before[-1] == victim.begin
+    r = run(root, "read", "d/j", "--skip-corrupt")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[-1])["message"]["n"] == 11
+    assert f"damaged offsets [{victim.begin}, {victim.end})" in r.stderr

@@ -252,6 +252,12 @@ def test_read_frames_desync_recovery(chunk_size: int, at: int, garbage: bytes) -
         (b"x" * 30 + b"\n", [("desync", b"x" * 30 + b"\n")]),
         (W + b"\x05\x00\x00\x00ab", [("truncated", W + b"\x05\x00\x00\x00ab")]),
         (b"x" * 9 + W, [("desync", b"x" * 9), ("truncated", W)]),
+        # A run ending with the start of a magic word: the word may begin a
+        # frame still being appended, so it is kept for what follows.
+        (b"x" * 13 + W[:3], [("desync", b"x" * 13), ("truncated", W[:3])]),
+        (b"x" * 8 + W[:1], [("desync", b"x" * 8), ("truncated", W[:1])]),
+        (b"y" * 20 + W[:2], [("desync", b"y" * 20), ("truncated", W[:2])]),
+        (b"x" * 8 + W[1:3], [("desync", b"x" * 8 + W[1:3])]),  # not a word's start
     ],
 )
 @pytest.mark.parametrize("kind", [*sorted(READERS), "read_frames"])
@@ -426,3 +432,41 @@ def test_only_framing_errors_from_generated_messages() -> None:
         frame = W + len(payload).to_bytes(4, "little") + payload
         with pytest.raises(FramingError):
             FIXED.unmarshal_frame(frame, struct_pb2.Value())
+
+
+class _Unbuffered:
+    """A plain reader of a file (no peek, no seek): ``read`` only."""
+
+    def __init__(self, f: Any) -> None:
+        self.f = f
+
+    def read(self, n: int = -1) -> bytes:
+        return bytes(self.f.read(n))
+
+
+@pytest.mark.parametrize("kind", ["buffered", "raw", "plain"])
+@pytest.mark.parametrize("cut", [1, 2, 3])
+def test_a_follower_keeps_the_start_of_a_frame_still_being_appended(
+    tmp_path: Any, kind: str, cut: int
+) -> None:
+    """After a desync run that reaches the end of what is written so far, the
+    bytes that may begin a magic word are not discarded: once the rest of the
+    frame is appended, the same reader reads it (as Gazette's framing)."""
+    path = tmp_path / "stream"
+    path.write_bytes(b"junk" * 3 + FRAME[:cut])
+    raw = open(path, "rb", buffering=0)  # noqa: SIM115 -- closed below
+    r: Any = raw
+    if kind == "buffered":
+        r = io.BufferedReader(raw, 16)
+    elif kind == "plain":
+        r = _Unbuffered(raw)
+    try:
+        with pytest.raises(DesyncError) as info:
+            unpack_fixed_frame(r)
+        assert info.value.data == b"junk" * 3
+        with open(path, "ab") as w:
+            w.write(FRAME[cut:])
+        assert unpack_fixed_frame(r) == FRAME
+        assert unpack_fixed_frame(r) == b""
+    finally:
+        raw.close()

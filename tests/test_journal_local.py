@@ -29,7 +29,7 @@ from journal import (
     LocalJournalStore,
 )
 from journal._files import JournalDir, open_commit, read_record
-from journal._fragment import COMMIT_FILE, open_name, sealed_name, slot_offset
+from journal._fragment import open_name, sealed_name
 
 NDJSON = {"content-type": "application/x-ndjson"}
 REPO = str(Path(__file__).resolve().parent.parent)
@@ -184,27 +184,6 @@ def test_content_survives_reopening(tmp_path: Path) -> None:
 # Recovery ------------------------------------------------------------------------------
 
 
-def test_torn_newest_commit_slot_falls_back_to_previous(tmp_path: Path) -> None:
-    """A torn commit slot is ignored: readers use the other slot, and the next commit repairs it."""
-    root = tmp_path / "root"
-    with LocalJournalStore(root) as s:
-        s.create("torn", NDJSON)
-        s.append("torn", b"first\n").result()
-        s.append("torn", b"second\n").result()
-        seq, _, end = _record(root, "torn")
-        assert end == 13
-        commit = root / "torn" / COMMIT_FILE
-        raw = bytearray(commit.read_bytes())
-        raw[slot_offset(seq) + 20] ^= 0xFF  # Damage the newest slot's end field.
-        commit.write_bytes(bytes(raw))
-    with LocalJournalStore(root) as s:
-        assert s.head("torn") == 6
-        assert _read(s, "torn") == b"first\n"
-        # The unacknowledged-looking bytes are cut and overwritten.
-        assert s.append("torn", b"third\n").result().begin == 6
-        assert _read(s, "torn") == b"first\nthird\n"
-
-
 def test_crash_between_seal_rename_and_record_update(tmp_path: Path) -> None:
     """A fragment sealed but not yet recorded reads fine, and recovery records it."""
     root = tmp_path / "root"
@@ -264,22 +243,27 @@ def _sealed_store(root: Path) -> Path:
 
 
 def test_fragment_with_wrong_size_is_reported(tmp_path: Path) -> None:
-    """A sealed fragment whose size disagrees with its name: CorruptJournalError naming both."""
+    """A sealed fragment whose size disagrees with its name: listing and opening
+    the journal still work; reading up to it gives what is before it, then a
+    CorruptJournalError naming the fragment and its offsets; verify() names it."""
     jdir = _sealed_store(tmp_path / "root")
-    victim = sorted(jdir.glob("*.raw"))[0]
+    victim = sorted(jdir.glob("*.raw"))[1]
+    begin, end = (int(x, 16) for x in victim.name.split("-")[:2])
     with open(victim, "ab") as fh:
         fh.write(b"!")
     with LocalJournalStore(tmp_path / "root") as s:
-        for call in (
-            lambda: s.fragments("bad/j"),
-            lambda: s.read("bad/j"),
-            lambda: s.verify("bad/j"),
-        ):
+        assert [f.begin for f in s.fragments("bad/j")][1] == begin
+        with s.read("bad/j") as r:
+            assert r.read(begin + 1000) == b"".join(_lines(10))[:begin]
             with pytest.raises(CorruptJournalError) as info:
-                call()
-            assert info.value.journal == "bad/j"
-            assert info.value.path == str(victim)
-            assert "bad/j" in str(info.value) and victim.name in str(info.value)
+                r.read(1000)
+        with pytest.raises(CorruptJournalError) as info2:
+            s.verify("bad/j")
+        for err in (info.value, info2.value):
+            assert err.journal == "bad/j"
+            assert err.path == str(victim)
+            assert (err.offset, err.end_offset) == (begin, end)
+            assert "bad/j" in str(err) and victim.name in str(err)
 
 
 def test_fragment_with_wrong_sha1_is_reported(tmp_path: Path) -> None:

@@ -249,3 +249,30 @@ def test_a_replay_over_a_skipped_corrupt_frame_skips_it_again_without_counting_i
         assert [e.message.s for e in it] == ["a", "b", "ack"]
         assert it.replays == 1
         assert it.skipped == 1
+
+
+@pytest.mark.parametrize("committed", [False, True])
+def test_csv_record_whose_first_field_is_no_uuid_is_a_corrupt_frame(committed: bool) -> None:
+    """A CSV line whose first field is not a UUID is a FramingError naming journal
+    and offset, not a plain ValueError; skip_corrupt skips and counts it."""
+    from framing import FrameDecodeError, FramingError
+    from message import CSVRecord
+
+    csv_journal = "csv/part-0"
+    with MemoryJournalClient() as client:
+        client.create(csv_journal, {"content-type": "text/csv"})
+        pub = Publisher(client, Clock(new_clock(1_700_000_000 * 10**9)))
+        to = lambda _m: (csv_journal, "text/csv")  # noqa: E731
+        first = pub.publish_committed(to, CSVRecord(["", "one"])).result()
+        client.append(csv_journal, b"hello,world\n").result()  # a foreign line
+        pub.publish_committed(to, CSVRecord(["", "two"])).result()
+        it_type = ReadCommittedIter if committed else ReadUncommittedIter
+        new = lambda _s: CSVRecord()  # noqa: E731
+        with pytest.raises(FramingError) as info:
+            list(it_type(client, csv_journal, new))
+        assert isinstance(info.value, FrameDecodeError)
+        assert info.value.journal == csv_journal and info.value.offset == first.end
+        assert info.value.data == b"hello,world\n"
+        it = it_type(client, csv_journal, new, skip_corrupt=True)
+        assert [e.message[1] for e in it] == ["one", "two"]
+        assert it.skipped == 1

@@ -92,12 +92,30 @@ def test_read_committed_equals_read_committed_iter(spark: Any, tmp_path: Path) -
         ]
         total = sum(1 for j in journals for _ in ReadUncommittedIter(
             store, j, lambda _s: JsonDocument()))
-    df = reader(spark, tmp_path, selector="app=w", schema="n long", splits_per_journal="3")
+    df = reader(spark, tmp_path, selector="app=w", schema="n long", splits_per_journal="3",
+                include_acks="true")
     assert df.rdd.getNumPartitions() == 9
     rows = df.orderBy("journal", "commit_offset", "begin").collect()
     assert [(r.journal, r.begin, r.uuid, r.n) for r in rows] == want
-    uncommitted = reader(spark, tmp_path, selector="app=w", isolation="read_uncommitted")
-    assert uncommitted.count() == total > len(want)
+    # By default, read committed leaves out the ACKs (control records) and only them.
+    acks = {u for j in journals for u in _ack_uuids(tmp_path, j)}
+    assert acks
+    df = reader(spark, tmp_path, selector="app=w", schema="n long", splits_per_journal="3")
+    rows = df.orderBy("journal", "commit_offset", "begin").collect()
+    assert [(r.journal, r.begin, r.uuid, r.n) for r in rows] == [w for w in want
+                                                                 if w[2] not in acks]
+    # Read uncommitted returns every frame, ACKs included, whatever include_acks says.
+    for option in ("true", "false"):
+        uncommitted = reader(spark, tmp_path, selector="app=w", isolation="read_uncommitted",
+                             include_acks=option)
+        assert uncommitted.count() == total > len(want)
+
+
+def _ack_uuids(root: Path, journal: str) -> list[str]:
+    with LocalJournalStore(root) as store:
+        return [str(e.message.get_uuid())
+                for e in ReadUncommittedIter(store, journal, lambda _s: JsonDocument())
+                if get_flags(e.message.get_uuid()) == Flags.ACK_TXN]
 
 
 def test_schema_as_ddl_or_struct_json_and_acks_option(spark: Any, tmp_path: Path) -> None:
@@ -112,14 +130,16 @@ def test_schema_as_ddl_or_struct_json_and_acks_option(spark: Any, tmp_path: Path
             txn.publish(lambda d: ("j", "application/x-ndjson"), JsonDocument(page="/b"))
     st = StructType([StructField("page", StringType()), StructField("n", LongType())])
     for schema in ("page string, n long", st.json()):
-        rows = reader(spark, tmp_path, journal="j", schema=schema).orderBy("begin").collect()
-        assert [(r.page, r.n, r.flags) for r in rows] == [
+        rows = reader(spark, tmp_path, journal="j", schema=schema, include_acks="true")
+        assert [(r.page, r.n, r.flags) for r in rows.orderBy("begin").collect()] == [
             ("/a", 1, Flags.CONTINUE_TXN), ("/b", None, Flags.CONTINUE_TXN),
             (None, None, Flags.ACK_TXN),
         ]
-    no_acks = reader(spark, tmp_path, journal="j", schema="page string", include_acks="false")
-    assert sorted(r.page for r in no_acks.collect()) == ["/a", "/b"]
+    no_acks = reader(spark, tmp_path, journal="j", schema="page string")  # the default
+    assert sorted((r.page, r.flags) for r in no_acks.collect()) == [("/a", 1), ("/b", 1)]
     assert [f.name for f in no_acks.schema.fields][:4] == ["journal", "begin", "end", "uuid"]
+    with pytest.raises(Exception, match="include_acks must be true or false"):
+        reader(spark, tmp_path, journal="j", include_acks="maybe").collect()
 
 
 def committed_docs(root: Path, journal: str) -> list[Any]:
@@ -416,3 +436,36 @@ def test_write_creates_a_missing_store_and_journal(spark: Any, tmp_path: Path) -
     csv = (spark.read.format("journal").option("root", str(root)).option("journal", "new/c")
            .option("schema", "s string, n long").option("include_acks", "false").load())
     assert sorted((r.s, r.n) for r in csv.collect()) == [(f"w{i}", i) for i in range(5)]
+
+
+def test_content_fields_named_like_envelope_columns_are_renamed(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A message field named like an envelope column (a top-level `uuid`,
+    `begin`, ...) comes as `content_<name>`, inferred or named in the schema:
+    never two columns of one name (Spark's AMBIGUOUS_REFERENCE)."""
+    with LocalJournalStore(tmp_path) as store:
+        store.create("j", NDJSON)
+        pub = Publisher(store)
+        to = lambda _d: ("j", "application/x-ndjson")  # noqa: E731
+        for i in range(3):
+            pub.publish_committed(to, JsonDocument(uuid=f"order-{i}", begin=i, page="/p"))
+        store.flush()
+        want = [(str(e.message.get_uuid()), e.message["uuid"], e.begin, e.message["begin"])
+                for e in ReadCommittedIter(store, "j", lambda _s: JsonDocument())]
+    inferred = reader(spark, tmp_path, journal="j")
+    assert inferred.columns.count("uuid") == 1 and inferred.columns.count("begin") == 1
+    assert {"content_uuid", "content_begin", "page"} <= set(inferred.columns)
+    for df in (
+        inferred,
+        reader(spark, tmp_path, journal="j", schema="uuid string, begin long, page string"),
+        reader(spark, tmp_path, journal="j",
+               schema='{"type": "struct", "fields": [{"name": "uuid", "type": "string",'
+                      ' "nullable": true, "metadata": {}}, {"name": "begin", "type": "long",'
+                      ' "nullable": true, "metadata": {}}]}'),
+    ):
+        rows = df.select("uuid", "content_uuid", "begin", "content_begin").orderBy("begin")
+        assert [tuple(r) for r in rows.collect()] == want
+    # The renamed columns say what they hold.
+    field = inferred.schema["content_uuid"]
+    assert field.metadata.get("comment") == "message field uuid"

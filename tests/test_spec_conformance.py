@@ -1777,14 +1777,17 @@ def test_local_store_create_idempotent(store: LocalJournalStore) -> None:
 # ---------------------------------------------------------------------------
 
 
-def _spark_journals(root: Path) -> dict[str, list[Envelope]]:
+def _spark_journals(root: Path, *, acks: bool = False) -> dict[str, list[Envelope]]:
+    """What a Sequencer outputs per journal, less its ACK_TXN messages unless ``acks``."""
     with LocalJournalStore(root) as s:
-        transaction_journal(s, "sp/a")
-        s.create("sp/b", {**NDJSON, "app": "other"})
-        pub = Publisher(s)
-        pub.publish_committed(to_journal("sp/b"), JsonDocument(n="b1", k=5)).result()
-        s.flush()
-        return {j: list(ReadCommittedIter(s, j, lambda spec: JsonDocument()))
+        if "sp/a" not in [spec.name for spec in s.list()]:
+            transaction_journal(s, "sp/a")
+            s.create("sp/b", {**NDJSON, "app": "other"})
+            pub = Publisher(s)
+            pub.publish_committed(to_journal("sp/b"), JsonDocument(n="b1", k=5)).result()
+            s.flush()
+        return {j: [e for e in ReadCommittedIter(s, j, lambda spec: JsonDocument())
+                    if acks or get_flags(e.message.get_uuid()) != Flags.ACK_TXN]
                 for j in ("sp/a", "sp/b")}
 
 
@@ -1821,6 +1824,13 @@ def test_spark_read_source(spark: Any, tmp_path: Path) -> None:
     unc = (spark.read.format("journal").option("root", str(root)).option("journal", "sp/a")
            .option("isolation", "read_uncommitted").load().collect())
     assert sorted(r["begin"] for r in unc) == [e.begin for e in raw]
+
+    # ACK_TXN messages are control records: left out unless include_acks is true.
+    with_acks = _spark_journals(root, acks=True)["sp/a"]
+    assert len(with_acks) > len(exp)
+    all_rows = (spark.read.format("journal").option("root", str(root)).option("journal", "sp/a")
+                .option("include_acks", "true").load().collect())
+    assert sorted(r["begin"] for r in all_rows) == sorted(e.begin for e in with_acks)
 
 
 @pytest.mark.spark
