@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Final
 from framing import Framing, framing_by_content_type
 
 from ._interfaces import MappingFunc, Message
-from ._uuid import UUID_EPOCH_OFFSET as _EPOCH
 from ._uuid import Clock, Flags, build_uuid, new_producer_id
+from .layout import UUID_EPOCH_OFFSET as _EPOCH
+from .layout import high_bits, low_bits
 
 if TYPE_CHECKING:
     from journal import AppendResult, JournalClient
@@ -73,7 +74,7 @@ class Publisher:
         # The low 64 bits of a UUID for each flag value, by the clock's 4-bit
         # counter: variant, counter, flags, node.
         self._low: dict[int, tuple[int, ...]] = {
-            int(f): tuple((c << 58) | ((0x8000 | f) << 48) | node for c in range(16)) for f in Flags
+            int(f): tuple(low_bits(node, c, f) for c in range(16)) for f in Flags
         }
         # Bits 64-95 of a UUID (time_mid, version, time_hi) are those of the
         # clock >> 36, which changes every seven minutes: they are computed
@@ -131,9 +132,7 @@ class Publisher:
             # one message to the next; the other bits are precomputed.
             if clock >> 36 != self._high_of:
                 self._high_of = clock >> 36
-                self._high = (((clock >> 36) & 0xFFFF) << 80) | (
-                    (((clock >> 52) & 0x0FFF) | 0x1000) << 64
-                )
+                self._high = high_bits(clock)
             u = _new_uuid(_UUID)
             _set_uuid_int(
                 u, (((clock >> 4) & 0xFFFFFFFF) << 96) | self._high | self._low[flags][clock & 0xF]

@@ -27,13 +27,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any
 
-#: Offset between the UUID epoch (1582-10-15) and the Unix epoch, in 100 ns.
-UUID_EPOCH_OFFSET: Final = 122192928000000000
+from .layout import FLAGS_MASK as _MAX_FLAGS
+from .layout import PRODUCER_MASK as _MASK48
+from .layout import UUID_EPOCH_OFFSET as UUID_EPOCH_OFFSET
+from .layout import clock_of_int as clock_of_int
+from .layout import flags_of_int, uuid_int
 
-_MASK48: Final = (1 << 48) - 1
-_MAX_FLAGS: Final = 0x3FF
 _UUID_NEW = object.__new__
 _SET = object.__setattr__
 _SAFE = uuid.SafeUUID.unknown
@@ -89,23 +90,7 @@ def build_uuid(producer: bytes, clock: int, flags: int) -> uuid.UUID:
         # A Clock is 64 bits; more would be cut silently, maybe down to the
         # clock 0 that opts a message out of exactly-once.
         raise ValueError(f"clock must be in 0..2**64-1, not {clock}")
-    return _uuid_from_int(
-        (((clock >> 4) & 0xFFFFFFFF) << 96)
-        | (((clock >> 36) & 0xFFFF) << 80)
-        | ((((clock >> 52) & 0x0FFF) | 0x1000) << 64)
-        | ((((clock << 10) & 0x3C00) | flags | 0x8000) << 48)
-        | int.from_bytes(producer, "big")
-    )
-
-
-def clock_of_int(i: int) -> int:
-    """The Clock of a UUID given as its 128-bit integer."""
-    return (
-        (((i >> 64) & 0x0FFF) << 52)
-        | (((i >> 80) & 0xFFFF) << 36)
-        | ((i >> 96) << 4)
-        | ((i >> 58) & 0xF)
-    )
+    return _uuid_from_int(uuid_int(int.from_bytes(producer, "big"), clock, flags))
 
 
 def get_clock(u: uuid.UUID) -> int:
@@ -115,7 +100,7 @@ def get_clock(u: uuid.UUID) -> int:
 
 def get_flags(u: uuid.UUID) -> int:
     """The 10 flag bits of a UUID's clock sequence."""
-    return (u.int >> 48) & _MAX_FLAGS
+    return flags_of_int(u.int)
 
 
 def get_producer_id(u: uuid.UUID) -> bytes:

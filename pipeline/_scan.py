@@ -40,6 +40,13 @@ from framing import CONTENT_TYPE_JSON_LINES
 from journal import JournalClient, JournalSpec
 from message import Envelope, MustStartReplay, ReadUncommittedIter, Sequencer
 from message._reader import SPEEDUPS
+from message.layout import (
+    PRODUCER_MASK,
+    UUID_EPOCH_OFFSET,
+    clocks_of,
+    flags_of,
+    outside_commits_grouped,
+)
 
 from ._content import META_FIELDS, ContentSpec, to_arrow
 
@@ -48,9 +55,8 @@ READ_UNCOMMITTED: Final = "read_uncommitted"
 
 #: Bytes of a journal parsed at once by the NDJSON fast path.
 WINDOW_BYTES: Final = 16 << 20
-_MASK48: Final = np.uint64((1 << 48) - 1)
-# Offset, in 100 ns units, between the UUID epoch (1582) and the Unix epoch.
-_GREGORIAN: Final = 122192928000000000
+_MASK48: Final = np.uint64(PRODUCER_MASK)
+_GREGORIAN: Final = UUID_EPOCH_OFFSET
 # Hex digit values of ASCII bytes; 255 marks a byte that is not one.
 _HEX_VALUE: Final = np.full(256, 255, dtype=np.uint8)
 for _i, _c in enumerate(b"0123456789abcdef"):
@@ -89,21 +95,6 @@ def bucket_of(producers: np.ndarray, buckets: int) -> np.ndarray:
     """The bucket of each producer ID: a multiplicative hash, then modulo."""
     mixed = (producers * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
     return (mixed % np.uint64(buckets)).astype(np.int64)
-
-
-def clocks_of(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
-    """Clocks of UUIDs (see ``message.get_clock``), as uint64."""
-    seq = (lo >> np.uint64(48)) & np.uint64(0xFFFF)
-    return (
-        ((hi & np.uint64(0x0FFF)) << np.uint64(52))
-        | (((hi >> np.uint64(16)) & np.uint64(0xFFFF)) << np.uint64(36))
-        | ((hi >> np.uint64(32)) << np.uint64(4))
-        | ((seq >> np.uint64(10)) & np.uint64(0xF))
-    )
-
-
-def flags_of(lo: np.ndarray) -> np.ndarray:
-    return ((lo >> np.uint64(48)) & np.uint64(0x3FF)).astype(np.int32)
 
 
 # -- reading --------------------------------------------------------------------
@@ -390,14 +381,7 @@ def committed_rows(
     simple = ~txn_group[group_of]
     s_rows, s_clk, s_group = rows_p[simple], clk[simple], group_of[simple]
     if len(s_rows):
-        # Running maximum of the clocks before each frame, within its producer:
-        # offset each producer's clocks above all earlier producers' so that
-        # one cumulative maximum serves them all.
-        rank = np.unique(s_clk, return_inverse=True)[1].astype(np.int64)
-        lifted = rank + s_group.astype(np.int64) * (len(s_clk) + 1)
-        prior = np.maximum.accumulate(np.r_[np.int64(-1), lifted[:-1]])
-        first = np.r_[True, s_group[1:] != s_group[:-1]]
-        keep = first | (lifted > prior)
+        keep = outside_commits_grouped(s_clk, s_group)
         commit[s_rows[keep]] = index.begin[s_rows[keep]]
     hard = np.sort(rows_p[~simple])
     if len(hard):

@@ -35,6 +35,7 @@ from message import (
     get_producer_id,
 )
 from message._reader import _OffsetTracker
+from message.layout import UUID_EPOCH_OFFSET
 
 from ._content import META_FIELDS, ContentSpec
 
@@ -143,7 +144,7 @@ def _to_batch(
     times = [
         None if c == 0
         else datetime.datetime.fromtimestamp(0, datetime.UTC)
-        + datetime.timedelta(microseconds=((c >> 4) - 122192928000000000) // 10)
+        + datetime.timedelta(microseconds=((c >> 4) - UUID_EPOCH_OFFSET) // 10)
         for c in clocks
     ]
     cols = [

@@ -1,0 +1,175 @@
+"""The UUID bit layout and the commit rule, in one place: scalar and numpy forms.
+
+Every other piece of code that takes a UUID apart (the Python Sequencer, the
+Publisher, the native core in ``message/_native.c``, the Spark source's
+vectorised scan) takes its numbers from here; the native core's copies are
+checked against this module by the test suite (``tests/test_layout.py``).
+
+A message UUID is an RFC 4122 version 1 UUID laid out as Gazette's
+``BuildUUID``. As a 128-bit integer ``i`` (``uuid.UUID.int``), big-endian::
+
+    bits 127..96   time_low   = clock >> 4            (32 bits)
+    bits  95..80   time_mid   = clock >> 36           (16 bits)
+    bits  79..76   version    = 1
+    bits  75..64   time_hi    = clock >> 52           (12 bits)
+    bits  63..62   variant    = 0b10
+    bits  61..58   counter    = clock & 0xF           (4 bits)
+    bits  57..48   flags                              (10 bits)
+    bits  47..0    node       = ProducerID            (48 bits)
+
+Split in two 64-bit halves (``hi = i >> 64``, ``lo = i & (2**64 - 1)``), as
+the native core and the numpy forms hold it, the clock is::
+
+    ((hi & 0x0FFF) << 52) | (((hi >> 16) & 0xFFFF) << 36) | ((hi >> 32) << 4)
+        | ((lo >> 58) & 0xF)
+
+The commit rule, per (journal, producer), with ``last_ack`` the clock of the
+producer's last commit (see ``message/_sequencer.py`` for the whole state
+machine): a message whose clock is 0 always commits; an OUTSIDE_TXN message
+commits iff its clock exceeds ``last_ack`` (:func:`outside_commits`); a span
+message is emitted iff its clock exceeds every clock of the producer seen
+before it in the span and does not exceed its ACK's (:func:`span_emits`);
+the ACK itself is emitted unless a span message with the ACK's own clock was
+(:func:`ack_emits`, as Gazette's ``Sequencer.Step`` does).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: Offset between the UUID epoch (1582-10-15) and the Unix epoch, in 100 ns.
+UUID_EPOCH_OFFSET: Final = 122192928000000000
+
+#: The low 48 bits of a UUID: the node field, a ProducerID.
+PRODUCER_MASK: Final = (1 << 48) - 1
+#: Flags are the 10 bits above the ProducerID.
+FLAGS_SHIFT: Final = 48
+FLAGS_MASK: Final = 0x3FF
+#: The clock's 4-bit counter sits above the flags, below the variant.
+COUNTER_SHIFT: Final = 58
+#: Version (1) and variant (0b10) bits of a v1 UUID, as set by build_uuid.
+VERSION_BITS: Final = 0x1000 << 64
+VARIANT_BITS: Final = 0x8000 << 48
+
+#: Flag values (``message.Flags`` is the enum of these).
+OUTSIDE_TXN: Final = 0x0
+CONTINUE_TXN: Final = 0x1
+ACK_TXN: Final = 0x2
+
+#: Clock units: 100 ns, shifted past the 4 counter bits.
+CLOCK_UNITS_PER_SECOND: Final = 10_000_000 << 4
+
+
+# -- scalar forms ------------------------------------------------------------
+
+
+def clock_of_int(i: int) -> int:
+    """The Clock of a UUID given as its 128-bit integer."""
+    return (
+        (((i >> 64) & 0x0FFF) << 52)
+        | (((i >> 80) & 0xFFFF) << 36)
+        | ((i >> 96) << 4)
+        | ((i >> COUNTER_SHIFT) & 0xF)
+    )
+
+
+def flags_of_int(i: int) -> int:
+    """The 10 flag bits of a UUID given as its 128-bit integer."""
+    return (i >> FLAGS_SHIFT) & FLAGS_MASK
+
+
+def producer_of_int(i: int) -> int:
+    """The ProducerID of a UUID given as its 128-bit integer, as an int."""
+    return i & PRODUCER_MASK
+
+
+def high_bits(clock: int) -> int:
+    """Bits 64..95 of the UUID of ``clock`` (time_mid, version, time_hi):
+    they change only when ``clock >> 36`` does (every seven minutes)."""
+    return (((clock >> 36) & 0xFFFF) << 80) | ((((clock >> 52) & 0x0FFF) | 0x1000) << 64)
+
+
+def low_bits(producer: int, clock: int, flags: int) -> int:
+    """The low 64 bits of the UUID of ``clock``: variant, counter, flags, node."""
+    return ((clock & 0xF) << COUNTER_SHIFT) | ((0x8000 | flags) << FLAGS_SHIFT) | producer
+
+
+def uuid_int(producer: int, clock: int, flags: int) -> int:
+    """The 128-bit integer of the UUID of (ProducerID as an int, clock, flags)."""
+    return (((clock >> 4) & 0xFFFFFFFF) << 96) | high_bits(clock) | low_bits(producer, clock, flags)
+
+
+def outside_commits(clock: int, last_ack: int) -> bool:
+    """An OUTSIDE_TXN message (or one of unknown flags) commits, else it is a duplicate."""
+    return clock > last_ack
+
+
+def span_emits(clock: int, running: int, ack: int) -> bool:
+    """A span message is emitted at its ACK: its clock exceeds ``running``
+    (every clock of the producer seen before it in the span, starting from
+    ``last_ack``) and does not exceed the ACK's."""
+    return running < clock <= ack
+
+
+def ack_emits(ack: int, emitted: int) -> bool:
+    """The ACK of a span is emitted after it, unless the largest clock
+    ``emitted`` from the span (``last_ack`` if none) is the ACK's own."""
+    return ack > emitted
+
+
+# -- numpy forms -------------------------------------------------------------
+#
+# UUIDs as two uint64 arrays, ``hi`` and ``lo``. numpy is imported by the
+# callers (it is an optional dependency, for the Spark source).
+
+
+def clocks_of(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+    """Clocks of UUIDs (see :func:`clock_of_int`), as uint64."""
+    import numpy as np
+
+    u = np.uint64
+    return (
+        ((hi & u(0x0FFF)) << u(52))
+        | (((hi >> u(16)) & u(0xFFFF)) << u(36))
+        | ((hi >> u(32)) << u(4))
+        | ((lo >> u(COUNTER_SHIFT)) & u(0xF))
+    )
+
+
+def flags_of(lo: np.ndarray) -> np.ndarray:
+    """Flags of UUIDs (see :func:`flags_of_int`), as int32."""
+    import numpy as np
+
+    return ((lo >> np.uint64(FLAGS_SHIFT)) & np.uint64(FLAGS_MASK)).astype(np.int32)
+
+
+def producers_of(lo: np.ndarray) -> np.ndarray:
+    """ProducerIDs of UUIDs as uint64."""
+    import numpy as np
+
+    return lo & np.uint64(PRODUCER_MASK)
+
+
+def outside_commits_grouped(clocks: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """:func:`outside_commits` over producers that publish only OUTSIDE_TXN
+    messages: ``clocks`` in offset order within each producer, ``groups``
+    the producer of each (sorted, so that each producer's rows are
+    contiguous). A producer first seen with clock ``c`` starts at
+    ``last_ack = c - 1``, so its first message commits; each later one
+    commits iff its clock exceeds every earlier one (``last_ack`` is the
+    largest clock committed so far). Returns a bool mask."""
+    import numpy as np
+
+    if not len(clocks):
+        return np.zeros(0, dtype=bool)
+    # Running maximum of the clocks before each row, within its producer:
+    # each producer's clocks are ranked, then lifted above all earlier
+    # producers', so that one cumulative maximum serves them all.
+    rank = np.unique(clocks, return_inverse=True)[1].astype(np.int64).reshape(-1)
+    lifted = rank + groups.astype(np.int64) * (len(clocks) + 1)
+    prior = np.maximum.accumulate(np.r_[np.int64(-1), lifted[:-1]])
+    first = np.r_[True, groups[1:] != groups[:-1]]
+    return np.asarray(first | (lifted > prior), dtype=bool)
