@@ -1,14 +1,14 @@
-"""The one thing pyproject.toml does not say: the optional C extension.
+"""The one thing pyproject.toml does not say: the native core, an optional
+C extension (message/_native.c).
 
-message/_speedups.c runs the read iterators' per-message loops. It is
-optional: without a C compiler the install goes on, and the same code runs
-in Python (see message/_reader.py).
+Without a C compiler the install goes on, and the Python implementation
+runs instead (message/_core.py says so with one warning).
 """
 
 from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension("message._speedups", ["message/_speedups.c"], optional=True),
+        Extension("message._native", ["message/_native.c"], optional=True),
     ],
 )

@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import sys
 from pathlib import Path
+
+# Document the Python implementation, the definition of the behaviour: its
+# signatures and docstrings (the native core has the same methods).
+os.environ["EXACTLY_PURE_PYTHON"] = "1"
 
 PACKAGES = ("message", "framing", "journal", "pipeline")
 HERE = Path(__file__).resolve().parent

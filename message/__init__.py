@@ -77,7 +77,7 @@ from ._publisher import AckIntent as AckIntent
 from ._publisher import Publisher as Publisher
 from ._reader import ReadCommittedIter as ReadCommittedIter
 from ._reader import ReadUncommittedIter as ReadUncommittedIter
-from ._sequencer import Sequencer as Sequencer
+from ._core import Sequencer as Sequencer
 from ._transaction import IntentLog as IntentLog
 from ._transaction import IntentLogError as IntentLogError
 from ._transaction import Transaction as Transaction

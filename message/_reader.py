@@ -12,20 +12,20 @@ import io
 import logging
 import os
 from collections import deque
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, Self, cast
 
 from framing import FramingError, TruncatedFrameError, framing_by_content_type
 from journal import CorruptJournalError
 
+from . import _core
 from ._checkpoint import Checkpoint
 from ._damage import DamageSkippingReader
-from ._envelope import Envelope
+from ._envelope import Envelope, ProducerState
 from ._errors import MustStartReplay
 from ._interfaces import NewMessageFunc
-from ._sequencer import Sequencer, _Partial
-from ._types import JsonDocument
-from ._uuid import UUID_INT_OF
+from ._sequencer import Sequencer
+from ._sequencer import Sequencer as PySequencer
 
 if TYPE_CHECKING:
     import datetime
@@ -35,30 +35,29 @@ if TYPE_CHECKING:
 log = logging.getLogger("message")
 
 
-def _load_speedups() -> Any:
-    """The C loops of message/_speedups.c, or None: not built (no compiler
-    at install time), or turned off with ``EXACTLY_PURE_PYTHON=1``. They
-    run the same steps as the Python code below, only faster."""
-    if os.environ.get("EXACTLY_PURE_PYTHON", "") not in ("", "0"):
-        return None
-    try:
-        from . import _speedups  # type: ignore[attr-defined]
-    except ImportError:
-        return None
-    if getattr(_speedups, "VERSION", None) != 4:
-        # Built from another version of the source: reinstall to rebuild it.
-        log.warning("message._speedups is stale (rebuild it with pip install): not used")
-        return None
-    try:
-        _speedups.configure(Envelope, Sequencer, _Partial, UUID_INT_OF, JsonDocument._uuid_int)
-    except Exception as exc:  # the classes' layout is not what the C code expects
-        log.warning("message._speedups not used: %s", exc)
-        return None
-    return _speedups
+#: The native core (message/_native.c), or None when the Python loops run;
+#: read when an iterator is made (the test suite sets it to None to run the
+#: Python loops). ``SPEEDUPS`` is the name the Spark scan imports it by.
+NATIVE: Any = _core.NATIVE
+SPEEDUPS: Any = NATIVE
 
 
-#: The C speedups module, or None when the pure Python loops run.
-SPEEDUPS: Any = _load_speedups()
+def _new_sequencer(states: Iterable[ProducerState] = ()) -> Sequencer:
+    """A Sequencer of the implementation in use."""
+    if NATIVE is not None:
+        return cast(Sequencer, NATIVE.Sequencer(states))
+    return PySequencer(states)
+
+
+def _runs_natively(seq: object) -> bool:
+    """True if ``seq`` is a native Sequencer whose methods are its own (a
+    subclass that overrides them is driven through them instead)."""
+    native = NATIVE.Sequencer
+    t = type(seq)
+    return isinstance(seq, native) and all(
+        getattr(t, name) is getattr(native, name)
+        for name in ("queue_uncommitted", "deque_committed", "replay_range", "start_replay")
+    )
 
 
 class _OffsetTracker:
@@ -206,7 +205,7 @@ class ReadUncommittedIter(_EnvelopeIter):
         bulk = hasattr(self._framing, "read_frames") and hasattr(self._framing, "unmarshal_frame")
         # The C loop, when built: the same steps as _generate.
         self._fast: Any = None
-        self._fast_capable = bulk and SPEEDUPS is not None
+        self._fast_capable = bulk and NATIVE is not None
         self._tracker: _OffsetTracker | None = None  # made by the bulk loops
         if self._fast_capable:
             self._gen = self._fast_reader()
@@ -277,7 +276,7 @@ class ReadUncommittedIter(_EnvelopeIter):
             # Frames by batch when the framing has them: no tuple per frame.
             batches = getattr(self._framing, "read_frame_batches", None)
             frames = batches(tracker) if batches else self._framing.read_frames(tracker)
-            self._fast = SPEEDUPS.EnvelopeReader(
+            self._fast = NATIVE.EnvelopeReader(
                 frames, self.spec, self._new_message,
                 self._framing.unmarshal_frame, tracker.jumps, tracker.base_at,
                 self._corrupt, FramingError,
@@ -372,28 +371,22 @@ class ReadCommittedIter(_EnvelopeIter):
         self._base_offsets: dict[str, int] = {}
         if checkpoint is not None:
             if sequencer is None:
-                sequencer = Sequencer(checkpoint.states)
+                sequencer = _new_sequencer(checkpoint.states)
             else:
                 sequencer.restore(checkpoint.states)
             offset = checkpoint.offsets.get(journal, offset)
             self._base_offsets = dict(checkpoint.offsets)
-        self.sequencer = Sequencer() if sequencer is None else sequencer
+        self.sequencer = _new_sequencer() if sequencer is None else sequencer
         self._uncommitted = ReadUncommittedIter(
             client, journal, new_message, offset=offset, end_offset=end_offset,
             block=block, skip_corrupt=skip_corrupt,
         )
         self.spec = self._uncommitted.spec
         self.replays = 0
-        seq = self.sequencer
-        if (
-            self._uncommitted._fast_capable
-            and type(seq).queue_uncommitted is Sequencer.queue_uncommitted
-            and type(seq).deque_committed is Sequencer.deque_committed
-        ):
-            # The C loop commits the envelopes that commit alone; any other
-            # goes to _sequence, the Python Sequencer's (see _speedups.c).
-            self._gen = SPEEDUPS.CommittedReader(
-                self._uncommitted._fast_reader(), seq, self._sequence
+        if self._uncommitted._fast_capable and _runs_natively(self.sequencer):
+            # The native loop: the envelope reader feeds the native Sequencer.
+            self._gen = NATIVE.CommittedReader(
+                self._uncommitted._fast_reader(), self.sequencer, self._start_replay
             )
         else:
             self._gen = self._generate()
@@ -416,25 +409,21 @@ class ReadCommittedIter(_EnvelopeIter):
         """Queue ``env`` and yield what it commits, replaying as needed."""
         seq = self.sequencer
         seq.queue_uncommitted(env)
-        if seq._out_pos == 0 and seq._out_n == 1:
-            # One envelope committed alone, the common case: take it
-            # without two deque_committed() calls (same package, same
-            # bookkeeping as deque_committed does).
-            seq._out_pos = 1
-            yield seq._out[0]
-            return
         deque_committed = seq.deque_committed
         while True:
             try:
                 committed = deque_committed()
             except MustStartReplay:
                 begin, end = seq.replay_range()
-                self.replays += 1
-                seq.start_replay(self._replay_iter(begin, end))
+                seq.start_replay(self._start_replay(begin, end))
                 continue
             if committed is None:
                 return
             yield committed
+
+    def _start_replay(self, begin: int, end: int) -> ReadUncommittedIter:
+        self.replays += 1
+        return self._replay_iter(begin, end)
 
     def _replay_iter(self, begin: int, end: int) -> ReadUncommittedIter:
         """The frames ``[begin, end)`` again. Corrupt frames among them were
@@ -452,10 +441,10 @@ class ReadCommittedIter(_EnvelopeIter):
         """Offset of the envelope whose reading committed the one last yielded
         (its ACK_TXN, or itself): sorting a journal's committed envelopes by
         ``(commit_offset, begin)`` gives the Sequencer's output order."""
-        inflight = self.sequencer._inflight
-        if inflight is None:
+        env = self.sequencer.committed_by()
+        if env is None:
             raise RuntimeError("nothing has been committed yet")
-        return inflight[1].begin
+        return env.begin
 
     def checkpoint(self, prune_horizon: float | datetime.timedelta = 0) -> Checkpoint:
         """Where to resume: read offset and producer states, valid between any

@@ -27,9 +27,15 @@ journal.
 Emission applies one rule whatever the source, ring or replay: a span
 message is emitted only if its clock exceeds every clock of the producer
 seen so far in the span (starting from ``last_ack``) and is not larger than
-the ACK's; then the ACK itself. A replay re-reads duplicates that queueing
-had dropped, and the rule drops them again — so the output does not depend
-on the ring's size, nor on where a checkpoint was taken.
+the ACK's; then the ACK itself, unless a span message with the ACK's own
+clock was just emitted (a producer that reused a clock: Gazette's
+``Sequencer.Step`` drops that ACK too). A replay re-reads duplicates that
+queueing had dropped, and the rule drops them again — so the output does
+not depend on the ring's size, nor on where a checkpoint was taken.
+
+This module is the definition of the behaviour. ``message/_native.c`` holds
+a native Sequencer with the same methods and the same results, which
+``message.Sequencer`` is bound to when it is built (see ``message/_core.py``).
 """
 
 from __future__ import annotations
@@ -37,18 +43,16 @@ from __future__ import annotations
 import datetime
 import logging
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Final
 
 from ._envelope import Envelope, ProducerState
 from ._errors import MustStartReplay, ReplayError
 from ._uuid import UUID_INT_OF as _UUID_INT
-from ._uuid import get_clock
+from .layout import ACK_TXN as _ACK
+from .layout import CLOCK_UNITS_PER_SECOND, ack_emits, clock_of_int, outside_commits, span_emits
+from .layout import CONTINUE_TXN as _CONTINUE
+from .layout import PRODUCER_MASK as _MASK48
 
 log = logging.getLogger("message")
-
-_MASK48: Final = (1 << 48) - 1
-_CONTINUE: Final = 1
-_ACK: Final = 2
 
 
 class _Partial:
@@ -70,7 +74,7 @@ class _Partial:
 class _Replay:
     """A committed span that must be (partly) re-read before it is emitted."""
 
-    __slots__ = ("ack", "begin", "end", "it", "journal", "producer", "running", "tail")
+    __slots__ = ("ack", "begin", "emitted", "end", "it", "journal", "producer", "running", "tail")
 
     def __init__(
         self, p: _Partial, ack: int, end: int, tail: list[tuple[int, Envelope]]
@@ -80,19 +84,44 @@ class _Replay:
         self.begin = p.begin  # advances as replayed envelopes are consumed
         self.end = end  # begin of the span's first envelope still in the ring
         self.running = p.last_ack  # the largest clock of the span seen so far
+        self.emitted = p.last_ack  # the largest clock of the span emitted so far
         self.ack = ack
         self.tail = tail  # (clock, envelope) of the span's part still in the ring
         self.it: Iterator[Envelope] | None = None
 
 
-def _horizon_units(horizon: float | datetime.timedelta) -> int:
-    """A prune horizon as Clock units: 100 ns, shifted past the 4 counter bits."""
+def horizon_units(horizon: float | datetime.timedelta) -> int | None:
+    """A prune horizon as Clock units (100 ns, shifted past the 4 counter
+    bits), or None if it is not above 0 (no pruning). Shared by the native
+    Sequencer."""
     if isinstance(horizon, datetime.timedelta):
+        if horizon <= datetime.timedelta(0):
+            return None
         seconds = horizon.days * 86400 + horizon.seconds
         hundred_ns = seconds * 10_000_000 + horizon.microseconds * 10
     else:
+        if not horizon > 0:
+            return None
         hundred_ns = round(horizon * 10_000_000)
-    return hundred_ns << 4
+    return hundred_ns * (CLOCK_UNITS_PER_SECOND // 10_000_000)
+
+
+def warn_unknown_flags(flags: int, journal: str, offset: int) -> None:
+    """Logged for a message whose flags are none of Flags (shared by the native Sequencer)."""
+    log.warning(
+        "unknown UUID flags %#x in %s at offset %d: handled as OUTSIDE_TXN",
+        flags, journal, offset,
+    )
+
+
+def warn_old_ack(producer: int, journal: str, offset: int) -> None:
+    """Logged for an ACK_TXN older than the last commit (shared by the native Sequencer)."""
+    log.warning(
+        "ACK_TXN of %s in %s at offset %d is older than the last acknowledged "
+        "clock: rolled back (an upstream checkpoint was restored; exactly-once "
+        "falls back to at-least-once)",
+        producer.to_bytes(6, "big").hex(), journal, offset,
+    )
 
 
 class Sequencer:
@@ -106,7 +135,6 @@ class Sequencer:
     """
 
     __slots__ = (
-        "_epoch",
         "_inflight",
         "_out",
         "_out_n",
@@ -129,9 +157,6 @@ class Sequencer:
         self._seq = 0
         self._sweep_at = size  # when to drop entries that left the ring
         self._partials: dict[tuple[str, int], _Partial] = {}
-        # Counts the times partials were forgotten (pruned, or replaced by a
-        # restore): the C read loop caches partials while it is unchanged.
-        self._epoch = 0
         for s in states:
             pid = int.from_bytes(s.producer, "big")
             self._partials[(s.journal, pid)] = _Partial(s.journal, pid, s.last_ack, s.begin)
@@ -163,13 +188,7 @@ class Sequencer:
         msg = env.message
         t = type(msg)
         i = _UUID_INT[t](msg) if t in _UUID_INT else msg.get_uuid().int
-        # get_clock(), inlined: this is the hottest line of the read path.
-        clock = (
-            (((i >> 64) & 0x0FFF) << 52)
-            | (((i >> 80) & 0xFFFF) << 36)
-            | ((i >> 96) << 4)
-            | ((i >> 58) & 0xF)
-        )
+        clock = clock_of_int(i)
         seq = self._seq = self._seq + 1  # if kept; a drop returns before using it
         if not clock:
             # No clock: at-least-once. Commits at once, and is never tracked.
@@ -200,7 +219,7 @@ class Sequencer:
             if clock <= p.last_ack:
                 self._seq = seq - 1  # roll-back: dropped, takes no slot
                 if clock < p.last_ack:
-                    self._warn_old_ack(env, key)
+                    warn_old_ack(key[1], key[0], env.begin)
                 p.last_ack = p.max_clock = clock
                 p.begin = -1
                 p.entries = []
@@ -214,11 +233,8 @@ class Sequencer:
                 self._out_n = 1
         else:
             if flags:
-                log.warning(
-                    "unknown UUID flags %#x in %s at offset %d: handled as OUTSIDE_TXN",
-                    flags, key[0], env.begin,
-                )
-            if clock <= p.last_ack:
+                warn_unknown_flags(flags, key[0], env.begin)
+            if not outside_commits(clock, p.last_ack):
                 self._seq = seq - 1  # duplicate: dropped, takes no slot
                 return True
             # Commits itself (the common case: reuse one list rather than
@@ -249,23 +265,22 @@ class Sequencer:
                 del entries[:n]
         self._sweep_at = self._seq + self._size
 
-    def _warn_old_ack(self, env: Envelope, key: tuple[str, int]) -> None:
-        log.warning(
-            "ACK_TXN of %s in %s at offset %d is older than the last acknowledged "
-            "clock: rolled back (an upstream checkpoint was restored; exactly-once "
-            "falls back to at-least-once)",
-            key[1].to_bytes(6, "big").hex(), key[0], env.begin,
-        )
-
     def _commit_span(self, p: _Partial, ack: int, ack_env: Envelope, seq: int) -> None:
         """Emit ``p``'s span, committed by ``ack_env`` (ring number ``seq``)."""
         entries = p.entries
         cutoff = seq - self._size  # entries numbered up to this have left the ring
         if entries and entries[0][0] > cutoff and entries[0][2].begin == p.begin:
             # Wholly in the ring, where clocks strictly increase (duplicates
-            # were never kept): emit all but those beyond the ACK's clock.
-            out = [e for _, clock, e in entries if clock <= ack]
-            out.append(ack_env)
+            # were never kept): emit all but those beyond the ACK's clock,
+            # then the ACK unless the last emitted had its clock.
+            out = []
+            emitted = p.last_ack
+            for _, clock, e in entries:
+                if clock <= ack:
+                    out.append(e)
+                    emitted = clock
+            if ack_emits(ack, emitted):
+                out.append(ack_env)
             self._out = out
             self._out_n = len(out)
             return
@@ -297,13 +312,16 @@ class Sequencer:
             return env
         # The replay is done: the rest of the span is in the ring.
         self._replay = None
-        running, ack = r.running, r.ack
+        running, emitted, ack = r.running, r.emitted, r.ack
         out = []
-        last = len(r.tail) - 1
-        for n, (clock, e) in enumerate(r.tail):
-            if n == last or ack >= clock > running:  # the ACK is always emitted
+        *span, (_, ack_env) = r.tail
+        for clock, e in span:
+            if span_emits(clock, running, ack):
                 out.append(e)
+                emitted = clock
             running = max(running, clock)
+        if ack_emits(ack, emitted):
+            out.append(ack_env)
         self._out = out
         self._out_n = len(out)
         self._out_pos = 0
@@ -334,17 +352,14 @@ class Sequencer:
                 i = env.message.get_uuid().int
                 if i & _MASK48 != r.producer:
                     continue  # another producer's message in the same range
-                clock = (
-                    (((i >> 64) & 0x0FFF) << 52)
-                    | (((i >> 80) & 0xFFFF) << 36)
-                    | ((i >> 96) << 4)
-                    | ((i >> 58) & 0xF)
-                )
+                clock = clock_of_int(i)
                 if clock <= r.running:
                     continue  # a duplicate, or a clock-less message emitted before
+                emits = span_emits(clock, r.running, r.ack)
                 r.running = clock
-                if clock > r.ack:
+                if not emits:
                     continue  # written after the ACK was decided: not committed
+                r.emitted = clock
                 return env
             r.it = None
             raise ReplayError(problem, journal=r.journal, begin=r.begin, end=r.end)
@@ -363,6 +378,11 @@ class Sequencer:
         self._replay.it = iter(it)
 
     # -- state ------------------------------------------------------------
+
+    def committed_by(self) -> Envelope | None:
+        """The envelope whose queueing committed the sequence being (or last)
+        dequeued: its ACK_TXN, or the envelope itself; None before any."""
+        return None if self._inflight is None else self._inflight[1]
 
     def has_pending(self, since: Mapping[str, int]) -> bool:
         """True if a transaction still open began at or after the offset given
@@ -388,18 +408,13 @@ class Sequencer:
         ]
 
     def _prune(self, horizon: float | datetime.timedelta, keep: _Partial | None) -> None:
-        positive = (
-            horizon > datetime.timedelta(0)
-            if isinstance(horizon, datetime.timedelta)
-            else horizon > 0
-        )
-        if not positive:
+        units = horizon_units(horizon)
+        if units is None:
             return
         newest: dict[str, int] = {}
         for p in self._partials.values():
             if p.last_ack > newest.get(p.journal, -1):
                 newest[p.journal] = p.last_ack
-        units = _horizon_units(horizon)
         stale = [
             key
             for key, p in self._partials.items()
@@ -407,15 +422,12 @@ class Sequencer:
         ]
         for key in stale:
             self._partials.pop(key)
-        if stale:
-            self._epoch += 1
 
     def restore(self, states: Iterable[ProducerState]) -> None:
         """Replace the producer states of a Sequencer that has queued nothing."""
         if self._seq or self._out or self._replay is not None:
             raise ValueError("cannot restore producer states into a Sequencer that has queued")
         self._partials.clear()
-        self._epoch += 1
         for s in states:
             pid = int.from_bytes(s.producer, "big")
             self._partials[(s.journal, pid)] = _Partial(s.journal, pid, s.last_ack, s.begin)
@@ -448,19 +460,23 @@ class Sequencer:
         if p is not None:
             ack = p.last_ack  # the committing envelope's clock
             r = self._replay
-            if r is not None:
+            if r is not None and not ack_emits(ack, r.emitted):
+                # Replaying, and the span message with the ACK's clock is
+                # out: nothing is left to emit, not even the ACK.
+                last_ack, begin = ack, -1
+            elif r is not None and r.running < ack:
                 # Replaying: everything of the span up to r.begin is consumed,
                 # and r.running is the largest clock seen in it.
                 last_ack, begin = r.running, r.begin
-            else:
-                # The rest is self._out[pos:]: resume just before its first.
-                nxt = self._out[self._out_pos]
-                last_ack, begin = get_clock(nxt.message.get_uuid()) - 1, nxt.begin
-                if nxt is commit:
-                    begin = -1
-            if last_ack >= ack:
+            elif r is not None:
                 # Nothing of the span is left to emit, only the committing
                 # envelope: keep its clock above last_ack so it commits again.
                 last_ack, begin = ack - 1, -1
+            else:
+                # The rest is self._out[pos:]: resume just before its first.
+                nxt = self._out[self._out_pos]
+                last_ack, begin = clock_of_int(nxt.message.get_uuid().int) - 1, nxt.begin
+                if nxt is commit:
+                    begin = -1
             states.append(ProducerState(p.journal, p.producer.to_bytes(6, "big"), last_ack, begin))
         return states, (commit.journal.name, commit.begin)

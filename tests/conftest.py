@@ -7,7 +7,7 @@ import re
 import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import pytest
 
@@ -29,17 +29,31 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-@pytest.fixture(params=["c", "python"])
+@pytest.fixture(params=["native", "python"])
 def read_loops(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Runs a test with the read iterators' C loops (message/_speedups.c),
-    then with the pure Python ones: both must behave the same."""
+    """Runs a test with the read iterators' native loops and Sequencer
+    (message/_native.c), then with the Python ones: both must behave the same."""
     import message._reader as reader
 
     if request.param == "python":
-        monkeypatch.setattr(reader, "SPEEDUPS", None)
-    elif reader.SPEEDUPS is None:
-        pytest.skip("message._speedups is not built here")
+        monkeypatch.setattr(reader, "NATIVE", None)
+    elif reader.NATIVE is None:
+        pytest.skip("the native core is not in use here")
     return str(request.param)
+
+
+@pytest.fixture(params=["native", "python"])
+def sequencer_type(request: pytest.FixtureRequest) -> type[Any]:
+    """The native Sequencer (message/_native.c), then the Python one
+    (message/_sequencer.py): a test using it pins both."""
+    from message import _core
+    from message._sequencer import Sequencer
+
+    if request.param == "python":
+        return Sequencer
+    if _core.NATIVE is None:
+        pytest.skip("the native core is not in use here")
+    return cast(type[Any], _core.NATIVE.Sequencer)
 
 
 # -- a Gazette cluster -------------------------------------------------------------

@@ -17,7 +17,9 @@ OUTSIDE_TXN (a producer first seen with clock ``c`` starts at ``c - 1``):
   commits: the producer's envelopes in ``[begin, ack.begin)`` are emitted in
   offset order, each only if its clock exceeds every clock of the producer
   seen earlier in the span (starting from ``last_ack``) and is ``<=`` the
-  ACK's clock; then the ACK itself.
+  ACK's clock; then the ACK itself, unless the last message emitted has the
+  ACK's own clock (as Gazette's ``Sequencer.Step`` does; SPEC's wording says
+  "then the ACK itself" without that exception).
 - Clock 0 (the nil UUID included) always commits and is never tracked.
 
 Note that the committed output depends only on ``(last_ack, begin)`` of each
@@ -118,7 +120,11 @@ class SequencerModel:
                 st.last_ack, st.begin, st.span_max = clock, -1, None
                 return True, []
             out = self._span(env, producer, st.begin, st.last_ack, clock) if st.begin != -1 else []
-            out.append(env)
+            # The ACK follows its span, unless the last message emitted has
+            # the ACK's own clock (a producer that reused it): Gazette's
+            # Sequencer.Step drops that ACK, and so do we.
+            if not out or decode(out[-1].message.get_uuid())[1] < clock:
+                out.append(env)
             st.last_ack, st.begin, st.span_max = clock, -1, None
             return True, out
 

@@ -180,8 +180,13 @@ def model(envs: list[Envelope]) -> list[Envelope]:
             st[1] = c
         elif f == ACK:
             if c > last_ack:
-                out.extend(s for s in span if get_clock(s.message.get_uuid()) <= c)
-                out.append(e)
+                emitted = [s for s in span if get_clock(s.message.get_uuid()) <= c]
+                out.extend(emitted)
+                # The ACK follows, unless a span message had its own clock
+                # (Gazette's Sequencer.Step drops it; SPEC's wording does not
+                # say so).
+                if not emitted or get_clock(emitted[-1].message.get_uuid()) < c:
+                    out.append(e)
             st[:] = [c, c, []]
         else:
             if c <= last_ack:

@@ -1,0 +1,69 @@
+"""Which implementation runs: the native core, or the Python one.
+
+``message/_sequencer.py`` and the loops of ``message/_reader.py`` are the
+readable definition of the behaviour; ``message/_native.c`` is a native
+implementation of the same (the whole Sequencer, and the read loops), built
+by ``pip install`` when a C compiler is at hand. As aiokafka does with its
+record classes, the public names are bound to the fastest implementation
+present: ``message.Sequencer`` is ``NATIVE.Sequencer`` when it is built, and
+the read iterators run its loops.
+
+``EXACTLY_PURE_PYTHON=1`` (any value but empty or ``0``) picks the Python
+implementation everywhere. Where the native core could not be built, the
+Python implementation runs, and importing ``message`` says so with one
+``RuntimeWarning``. The test suite runs against both.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from types import ModuleType
+from typing import Any
+
+from ._envelope import Envelope, ProducerState
+from ._errors import MustStartReplay, ReplayError
+from ._sequencer import Sequencer as PySequencer
+from ._sequencer import horizon_units, warn_old_ack, warn_unknown_flags
+from ._types import JsonDocument
+from ._uuid import UUID_INT_OF
+
+#: The text every "not built" warning starts with (pyproject.toml's pytest
+#: filters name it).
+NOT_BUILT = "exactly's native core is not built"
+
+
+def pure_python_requested() -> bool:
+    """True if ``EXACTLY_PURE_PYTHON`` asks for the Python implementation."""
+    return os.environ.get("EXACTLY_PURE_PYTHON", "") not in ("", "0")
+
+
+def _load() -> ModuleType | None:
+    if pure_python_requested():
+        return None
+    try:
+        from . import _native  # type: ignore[attr-defined]
+    except ImportError as exc:
+        warnings.warn(
+            f"{NOT_BUILT} ({exc}): the Python implementation runs, several times slower."
+            " Install with a C compiler and Python's headers at hand to build it"
+            " (see docs/performance.md).",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
+    native: ModuleType = _native
+    native.configure(
+        Envelope, ProducerState, MustStartReplay, ReplayError, UUID_INT_OF,
+        JsonDocument._uuid_int, horizon_units, warn_unknown_flags, warn_old_ack,
+    )
+    return native
+
+
+#: The native module, or None when the Python implementation runs.
+NATIVE: Any = _load()
+
+#: "native" or "python": which implementation the public names are bound to.
+IMPLEMENTATION = "python" if NATIVE is None else "native"
+
+Sequencer: type[PySequencer] = PySequencer if NATIVE is None else NATIVE.Sequencer
