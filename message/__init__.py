@@ -55,6 +55,7 @@ consumer checkpoint.
 """
 
 from ._checkpoint import Checkpoint as Checkpoint
+from ._core import Sequencer as Sequencer
 from ._envelope import Envelope as Envelope
 from ._envelope import JournalProducer as JournalProducer
 from ._envelope import ProducerState as ProducerState
@@ -77,7 +78,6 @@ from ._publisher import AckIntent as AckIntent
 from ._publisher import Publisher as Publisher
 from ._reader import ReadCommittedIter as ReadCommittedIter
 from ._reader import ReadUncommittedIter as ReadUncommittedIter
-from ._core import Sequencer as Sequencer
 from ._transaction import IntentLog as IntentLog
 from ._transaction import IntentLogError as IntentLogError
 from ._transaction import Transaction as Transaction

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, Self, cast

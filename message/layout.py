@@ -35,10 +35,14 @@ the ACK itself is emitted unless a span message with the ACK's own clock was
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     import numpy as np
+
+    Array = np.ndarray[Any, Any]
+else:
+    Array = Any
 
 #: Offset between the UUID epoch (1582-10-15) and the Unix epoch, in 100 ns.
 UUID_EPOCH_OFFSET: Final = 122192928000000000
@@ -126,34 +130,37 @@ def ack_emits(ack: int, emitted: int) -> bool:
 # callers (it is an optional dependency, for the Spark source).
 
 
-def clocks_of(hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+def clocks_of(hi: Array, lo: Array) -> Array:
     """Clocks of UUIDs (see :func:`clock_of_int`), as uint64."""
     import numpy as np
 
     u = np.uint64
-    return (
+    clocks: Array = (
         ((hi & u(0x0FFF)) << u(52))
         | (((hi >> u(16)) & u(0xFFFF)) << u(36))
         | ((hi >> u(32)) << u(4))
         | ((lo >> u(COUNTER_SHIFT)) & u(0xF))
     )
+    return clocks
 
 
-def flags_of(lo: np.ndarray) -> np.ndarray:
+def flags_of(lo: Array) -> Array:
     """Flags of UUIDs (see :func:`flags_of_int`), as int32."""
     import numpy as np
 
-    return ((lo >> np.uint64(FLAGS_SHIFT)) & np.uint64(FLAGS_MASK)).astype(np.int32)
+    flags: Array = ((lo >> np.uint64(FLAGS_SHIFT)) & np.uint64(FLAGS_MASK)).astype(np.int32)
+    return flags
 
 
-def producers_of(lo: np.ndarray) -> np.ndarray:
+def producers_of(lo: Array) -> Array:
     """ProducerIDs of UUIDs as uint64."""
     import numpy as np
 
-    return lo & np.uint64(PRODUCER_MASK)
+    producers: Array = lo & np.uint64(PRODUCER_MASK)
+    return producers
 
 
-def outside_commits_grouped(clocks: np.ndarray, groups: np.ndarray) -> np.ndarray:
+def outside_commits_grouped(clocks: Array, groups: Array) -> Array:
     """:func:`outside_commits` over producers that publish only OUTSIDE_TXN
     messages: ``clocks`` in offset order within each producer, ``groups``
     the producer of each (sorted, so that each producer's rows are
@@ -172,4 +179,5 @@ def outside_commits_grouped(clocks: np.ndarray, groups: np.ndarray) -> np.ndarra
     lifted = rank + groups.astype(np.int64) * (len(clocks) + 1)
     prior = np.maximum.accumulate(np.r_[np.int64(-1), lifted[:-1]])
     first = np.r_[True, groups[1:] != groups[:-1]]
-    return np.asarray(first | (lifted > prior), dtype=bool)
+    keep: Array = np.asarray(first | (lifted > prior), dtype=bool)
+    return keep

@@ -187,3 +187,38 @@ def test_python_publishes_go_reads_committed(gazette_cluster: GazetteCluster,
         gazette_interop, "read", "--broker", c.addresses[1], "--journal", journal).splitlines()]
     assert [d["id"] for d in go_read] == published["committed"]
     assert all(uuid.UUID(d["_meta"]["uuid"]).version == 1 for d in go_read)
+
+
+def test_an_ack_reusing_a_span_clock_is_dropped_by_go_and_by_us(
+        gazette_cluster: GazetteCluster, gazette_prefix: str, gazette_interop: Path) -> None:
+    """A producer that reuses a clock: CONTINUE_TXN c, then ACK_TXN c. Go's
+    Sequencer emits the span message and drops the ACK; ReadCommittedIter
+    commits the same messages, ACKs included, in the same order (with the
+    native core and with the Python implementation)."""
+    from message import _core, build_uuid
+    from message._sequencer import Sequencer as PySequencer
+
+    c = gazette_cluster
+    journal = f"{gazette_prefix}reused-clock"
+    framing = framing_by_content_type("application/x-ndjson")
+    a, b = bytes([1, 2, 3, 4, 5, 6]), bytes([1, 2, 3, 4, 5, 7])
+    steps = [(a, 100, Flags.CONTINUE_TXN), (b, 100, Flags.OUTSIDE_TXN),
+             (a, 101, Flags.CONTINUE_TXN), (a, 101, Flags.ACK_TXN),      # reused: ACK dropped
+             (a, 102, Flags.CONTINUE_TXN), (b, 101, Flags.CONTINUE_TXN),
+             (a, 103, Flags.ACK_TXN), (b, 101, Flags.ACK_TXN),           # b reused too
+             (a, 104, Flags.OUTSIDE_TXN)]
+    with GazetteClient(c.address) as client:
+        client.create(journal, {"content-type": "application/x-ndjson"}, replication=2)
+        for n, (p, clock, flags) in enumerate(steps):
+            doc = JsonDocument(id=str(n), kind=flags.name)
+            doc.set_uuid(build_uuid(p, clock, flags))
+            client.append(journal, framing.marshal(doc))
+        client.flush(timeout=60)
+        types = [PySequencer] + ([_core.NATIVE.Sequencer] if _core.NATIVE else [])
+        ours = [[e.message["id"] for e in ReadCommittedIter(
+            client, journal, lambda _s: JsonDocument(), t(buffer=2))] for t in types]
+    go_read = [json.loads(line)["id"] for line in interop(
+        gazette_interop, "read", "--acks", "--broker", c.address, "--journal", journal
+    ).splitlines()]
+    assert go_read == ["1", "0", "2", "4", "6", "5", "8"]
+    assert all(o == go_read for o in ours)

@@ -182,6 +182,7 @@ func read(args []string) error {
 	var fs = flag.NewFlagSet("read", flag.ExitOnError)
 	var broker = fs.String("broker", "http://localhost:8080", "broker URL")
 	var journal = fs.String("journal", "", "journal to read")
+	var acks = fs.Bool("acks", false, "also print the ACK_TXN messages dequeued")
 	_ = fs.Parse(args)
 	if *journal == "" {
 		return errors.New("read needs --journal")
@@ -205,7 +206,7 @@ func read(args []string) error {
 		} else if err != nil {
 			return err
 		}
-		if message.GetFlags(env.Message.GetUUID()) == message.Flag_ACK_TXN {
+		if !*acks && message.GetFlags(env.Message.GetUUID()) == message.Flag_ACK_TXN {
 			continue
 		}
 		if err = enc.Encode(env.Message); err != nil {

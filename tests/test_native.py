@@ -1,11 +1,23 @@
-"""The C read loops (message/_speedups.c) against the Python ones: the same
-envelopes, replays, skipped frames, errors and checkpoints, on random
-journals with every kind of message, odd UUID spellings and garbage."""
+"""The native core (message/_native.c) against the Python implementation.
+
+Differential tests: both are fed the same random workloads and must give the
+same outputs and producer states, step by step.
+
+- Sequencer level: every ring size, a checkpoint (``checkpoint_states``) at
+  every cut, mid-sequence ones included, resumed in either implementation;
+  replays; messages whose UUIDs are spelled oddly or not at all.
+- Reader level: random journals (transactions, roll-backs, duplicates, odd
+  UUID spellings, garbage frames) read uncommitted and committed, with a
+  checkpoint between every two yields.
+- How the core is found: built where it can be, turned off by
+  ``EXACTLY_PURE_PYTHON``, one warning where it is not built.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import gc
 import logging
 import os
@@ -18,7 +30,7 @@ import sysconfig
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -34,31 +46,36 @@ from message import (
     Envelope,
     Flags,
     JsonDocument,
+    MustStartReplay,
     Publisher,
     ReadCommittedIter,
     ReadUncommittedIter,
     Sequencer,
+    _core,
     build_uuid,
     new_clock,
 )
+from message._sequencer import Sequencer as PySequencer
+from tests.strategies import Workload, chaos_workloads, workloads
 
 J = "odd/part-0"
 NDJSON = {"content-type": "application/x-ndjson"}
 CSV = {"content-type": "text/csv"}
 ROOT = Path(__file__).resolve().parent.parent
 
-needs_c = pytest.mark.skipif(reader_module.SPEEDUPS is None, reason="C loops not built here")
+needs_c = pytest.mark.skipif(_core.NATIVE is None, reason="the native core is not in use here")
 
 
 @contextlib.contextmanager
 def loops(mode: str) -> Iterator[None]:
-    """Use the C loops ("c") or the Python ones ("python") inside the block."""
-    saved = reader_module.SPEEDUPS
-    reader_module.SPEEDUPS = saved if mode == "c" else None
+    """Use the native core ("c") or the Python implementation ("python")
+    for the iterators made inside the block."""
+    saved = reader_module.NATIVE
+    reader_module.NATIVE = saved if mode == "c" else None
     try:
         yield
     finally:
-        reader_module.SPEEDUPS = saved
+        reader_module.NATIVE = saved
 
 
 @dataclasses.dataclass
@@ -97,6 +114,133 @@ def as_json(env: Envelope) -> tuple[int, int, Any]:
     else:
         body = dataclasses.astuple(msg)
     return env.begin, env.end, repr(body)
+
+
+# -- the Sequencer, fed the same workloads ------------------------------------
+
+
+class Twin:
+    """The same calls on a native and a Python Sequencer, checked to give the
+    same results; replays are served from the whole log."""
+
+    def __init__(self, log: list[Envelope], states: list[Any] = (), buffer: int = 4096,
+                 types: tuple[type[Any], type[Any]] | None = None) -> None:
+        native, python = types or (_core.NATIVE.Sequencer, PySequencer)
+        self.seqs = (native(list(states), buffer=buffer), python(list(states), buffer=buffer))
+        self.log: dict[str, list[Envelope]] = {}
+        for env in log:
+            self.log.setdefault(env.journal.name, []).append(env)
+        self.replays = 0
+
+    def same(self, name: str, *args: Any) -> Any:
+        """Call ``name`` on both; the same result, or the same exception type."""
+        results = []
+        for seq in self.seqs:
+            try:
+                results.append(("ok", getattr(seq, name)(*args)))
+            except Exception as exc:  # compared below
+                results.append(("raised", type(exc)))
+        assert results[0] == results[1], (name, args, results)
+        kind, value = results[0]
+        return value if kind == "ok" else results[0]
+
+    def queue(self, env: Envelope) -> list[Envelope]:
+        """Queue ``env`` in both, and dequeue what it commits, comparing the
+        checkpoint states before every dequeue (mid-sequence included)."""
+        self.same("queue_uncommitted", env)
+        out: list[Envelope] = []
+        for _ in range(10 * sum(map(len, self.log.values())) + 10):
+            self.same("checkpoint_states")
+            got = self.same("deque_committed")
+            if got == ("raised", MustStartReplay):
+                begin, end = self.same("replay_range")
+                self.replays += 1
+                replayed = [e for e in self.log[env.journal.name]
+                            if begin <= e.begin and e.end <= end]
+                for seq in self.seqs:
+                    seq.start_replay(iter(replayed))
+                continue
+            if got is None:
+                return out
+            out.append(got)
+        raise AssertionError("deque_committed never returned None")
+
+    def states(self) -> list[Any]:
+        return cast(list[Any], self.same("producer_states"))
+
+
+def odd_uuid_documents(w: Workload, rng: random.Random) -> list[Envelope]:
+    """The workload's envelopes with JsonDocument messages, some of whose
+    UUIDs are spelled oddly (upper case, braces, garbage: the nil UUID)."""
+    out = []
+    for env in w.envelopes:
+        u = env.message.get_uuid()
+        spell = rng.choice([str, str, str, *ODD_UUIDS])
+        doc = JsonDocument(_meta={"uuid": spell(u)}, text=env.message.text)
+        out.append(Envelope(env.journal, env.begin, env.end, doc))
+    return out
+
+
+@needs_c
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(w=st.one_of(workloads(), chaos_workloads(max_size=40, max_journals=2)),
+       buffer=st.sampled_from([0, 1, 2, 3, 5, 8, 4096]), odd=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_sequencers_agree_step_by_step(w: Workload, buffer: int, odd: bool, seed: int) -> None:
+    """Same results, outputs, replays, producer states, pending spans and
+    checkpoint states (before every dequeue), whatever the ring's size."""
+    envs = odd_uuid_documents(w, random.Random(seed)) if odd else w.envelopes
+    twin = Twin(envs, buffer=buffer)
+    for env in envs:
+        twin.queue(env)
+        twin.states()
+        twin.same("has_pending", {})
+        twin.same("has_pending", {env.journal.name: env.begin})
+        twin.same("committed_by")
+    for horizon in (1e-6, datetime.timedelta(microseconds=3), 0.0):
+        twin.same("producer_states", horizon)
+
+
+@needs_c
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(w=workloads(), buffer=st.sampled_from([1, 2, 4096]), data=st.data())
+def test_checkpoints_at_every_cut_resume_in_either(w: Workload, buffer: int,
+                                                   data: st.DataObject) -> None:
+    """A checkpoint taken at any cut (between any two dequeues) by either
+    implementation resumes in either with the same output as reading on."""
+    envs = w.envelopes
+    full: list[Envelope] = []
+    cuts: list[tuple[int, int, Any]] = []  # (envelopes queued, yielded, checkpoint)
+    twin = Twin(envs, buffer=buffer)
+    for i, env in enumerate(envs):
+        twin.same("queue_uncommitted", env)
+        while True:
+            cuts.append((i, len(full), twin.same("checkpoint_states")))
+            try:
+                got = twin.seqs[0].deque_committed()
+                assert twin.seqs[1].deque_committed() is got
+            except MustStartReplay:
+                begin, end = twin.same("replay_range")
+                replayed = [e for e in envs if e.journal.name == env.journal.name
+                            and begin <= e.begin and e.end <= end]
+                for seq in twin.seqs:
+                    seq.start_replay(iter(replayed))
+                continue
+            if got is None:
+                break
+            full.append(got)
+    by_offset = {(e.journal.name, e.begin): n for n, e in enumerate(envs)}
+    for i, yielded, (states, resume) in data.draw(st.lists(st.sampled_from(cuts), max_size=6)):
+        # Between sequences, reading resumes after envelope i; mid-sequence,
+        # at the envelope that committed the sequence.
+        start = i + 1 if resume is None else by_offset[resume]
+        native, python = _core.NATIVE.Sequencer, PySequencer
+        for types in ((native, python), (python, native)):
+            rest = Twin(envs, states, buffer, types)
+            out = [e for env in envs[start:] for e in rest.queue(env)]
+            assert full[:yielded] + out == full
 
 
 # -- random journals --------------------------------------------------------
@@ -175,7 +319,8 @@ def read_committed(mode: str, client: MemoryJournalClient, new: Callable[[Any], 
     Sequencer drops them, and the C loop must forget them too), replays and
     skipped frames."""
     with loops(mode):
-        it = ReadCommittedIter(client, J, new, Sequencer(buffer=buffer), skip_corrupt=True)
+        seq = reader_module._new_sequencer()
+        it = ReadCommittedIter(client, J, new, type(seq)(buffer=buffer), skip_corrupt=True)
         out, cps = [], [it.checkpoint(prune)]
         for env in it:
             out.append(as_json(env))
@@ -435,49 +580,58 @@ def test_no_envelope_outlives_its_reader(committed: bool, monkeypatch: pytest.Mo
     assert envelopes() == before
 
 
-# -- how the extension is found ---------------------------------------------
+# -- how the native core is found -------------------------------------------
 
 
 def _can_build() -> bool:
-    """A C compiler and Python's headers: what building an extension needs."""
+    """A C compiler and Python's headers: what building the core needs."""
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
     headers = Path(sysconfig.get_paths()["include"], "Python.h")
     return shutil.which(cc) is not None and headers.is_file()
 
 
-def test_the_c_loops_are_built_where_they_can_be() -> None:
-    """`pip install` builds message/_speedups.c when it can (it is optional)."""
-    if os.environ.get("EXACTLY_PURE_PYTHON", "") not in ("", "0"):
+def test_the_native_core_is_built_where_it_can_be() -> None:
+    """`pip install` builds message/_native.c when it can (it is optional),
+    and the public names are bound to it."""
+    if _core.pure_python_requested():
         pytest.skip("EXACTLY_PURE_PYTHON is set")
     if not _can_build():
-        pytest.skip("no C compiler or no Python headers: the Python loops run")
-    assert reader_module.SPEEDUPS is not None
+        pytest.skip("no C compiler or no Python headers: the Python implementation runs")
+    assert _core.NATIVE is not None and _core.IMPLEMENTATION == "native"
+    import message
+
+    assert message.Sequencer is _core.NATIVE.Sequencer
 
 
-def test_exactly_pure_python_turns_the_c_loops_off() -> None:
-    code = "import message._reader as r; print(r.SPEEDUPS is None)"
-    env = {**os.environ, "EXACTLY_PURE_PYTHON": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT,
-                         capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "True"
+def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, cwd=ROOT,
+                          capture_output=True, text=True, check=True)
 
 
-@needs_c
-def test_classes_the_c_code_does_not_expect_turn_it_off(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """If the Python classes lost the slots the C loops use, importing goes
-    on with the Python loops (and says so) instead of failing."""
+def test_exactly_pure_python_picks_the_python_implementation() -> None:
+    code = ("import message, message._core as c, message._reader as r;"
+            "print(c.NATIVE is None, r.NATIVE is None, message.Sequencer.__module__)")
+    out = _run(code, EXACTLY_PURE_PYTHON="1")
+    assert out.stdout.split() == ["True", "True", "message._sequencer"]
+    assert out.stderr == ""
 
-    class NotASequencer:
-        pass
 
-    monkeypatch.setattr(reader_module, "Sequencer", NotASequencer)
-    with caplog.at_level(logging.WARNING, logger="message"):
-        assert reader_module._load_speedups() is None
-    assert "message._speedups not used" in caplog.text
-    monkeypatch.undo()
-    # The configuration in use is untouched: the C loops still read.
-    client = journal_with([good_line(1), good_line(2)])
-    it = ReadCommittedIter(client, J, lambda _s: JsonDocument())
-    assert [e.message["v"] for e in it] == [1, 2]
+def test_without_the_native_core_python_runs_with_one_warning() -> None:
+    """Where the extension was not built, importing message warns once, and
+    everything runs on the Python implementation."""
+    code = (
+        "import sys\n"
+        "class NotBuilt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'message._native':\n"
+        "            raise ImportError('No module named message._native')\n"
+        "sys.meta_path.insert(0, NotBuilt())\n"
+        "import message, message._core as c\n"
+        "import message._reader, message._publisher\n"
+        "print(c.IMPLEMENTATION, message.Sequencer.__module__)\n"
+    )
+    out = _run(code, EXACTLY_PURE_PYTHON="")
+    assert out.stdout.split() == ["python", "message._sequencer"]
+    warnings = [line for line in out.stderr.splitlines() if "Warning" in line]
+    assert len(warnings) == 1, out.stderr
+    assert _core.NOT_BUILT in warnings[0] and "RuntimeWarning" in warnings[0]

@@ -1,0 +1,72 @@
+"""message.layout is the one definition of the UUID bit layout and the commit
+rule: build_uuid and the get_* functions agree with it, the numpy forms with
+the scalar ones, and the native core's constants and UUID reading with it."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from message import _core, build_uuid, get_clock, get_flags, get_producer_id, layout
+
+clocks = st.integers(0, 2**64 - 1)
+flags = st.integers(0, 0x3FF)
+producers = st.binary(min_size=6, max_size=6)
+
+
+@given(producers, clocks, flags)
+def test_scalar_forms_take_build_uuid_apart(p: bytes, c: int, f: int) -> None:
+    i = build_uuid(p, c, f).int
+    assert i == layout.uuid_int(int.from_bytes(p, "big"), c, f)
+    assert layout.clock_of_int(i) == c == get_clock(uuid.UUID(int=i))
+    assert layout.flags_of_int(i) == f == get_flags(uuid.UUID(int=i))
+    assert layout.producer_of_int(i).to_bytes(6, "big") == p == get_producer_id(uuid.UUID(int=i))
+    assert i & layout.VERSION_BITS and i & layout.VARIANT_BITS
+
+
+@given(st.lists(st.tuples(producers, clocks, flags), max_size=50))
+def test_numpy_forms_equal_the_scalar_ones(rows: list[tuple[bytes, int, int]]) -> None:
+    np = pytest.importorskip("numpy")
+    ints = [build_uuid(p, c, f).int for p, c, f in rows]
+    hi = np.array([i >> 64 for i in ints], dtype=np.uint64)
+    lo = np.array([i & (2**64 - 1) for i in ints], dtype=np.uint64)
+    assert layout.clocks_of(hi, lo).tolist() == [c for _, c, _ in rows]
+    assert layout.flags_of(lo).tolist() == [f for _, _, f in rows]
+    assert layout.producers_of(lo).tolist() == [int.from_bytes(p, "big") for p, _, _ in rows]
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 40)), max_size=60))
+def test_numpy_outside_commit_rule_equals_the_scalar_one(rows: list[tuple[int, int]]) -> None:
+    """outside_commits_grouped is outside_commits applied producer by producer."""
+    np = pytest.importorskip("numpy")
+    rows = sorted(enumerate(rows), key=lambda r: (r[1][0], r[0]))  # by producer, then order
+    groups = np.array([g for _, (g, _) in rows], dtype=np.int64)
+    clks = np.array([c for _, (_, c) in rows], dtype=np.uint64)
+    expect, last_ack = [], {}
+    for _, (g, c) in rows:
+        commits = layout.outside_commits(c, last_ack.get(g, c - 1))
+        expect.append(commits)
+        if commits:
+            last_ack[g] = c
+    assert layout.outside_commits_grouped(clks, groups).tolist() == expect
+
+
+needs_native = pytest.mark.skipif(_core.NATIVE is None, reason="the native core is not in use")
+
+
+@needs_native
+def test_native_constants_are_the_layout_modules() -> None:
+    for name, value in _core.NATIVE.layout().items():
+        assert getattr(layout, name) == value, name
+
+
+@needs_native
+@given(st.one_of(st.integers(0, 2**128 - 1), st.tuples(producers, clocks, flags)))
+def test_native_reads_uuids_as_the_layout_module(v: int | tuple[bytes, int, int]) -> None:
+    i = v if isinstance(v, int) else build_uuid(*v).int
+    assert _core.NATIVE.split_uuid(i) == (
+        layout.clock_of_int(i), layout.flags_of_int(i), layout.producer_of_int(i)
+    )
