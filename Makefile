@@ -23,11 +23,17 @@ $(STAMP): pyproject.toml setup.py message/_native.c
 demo: $(STAMP)            ## run the demo pipeline on the embedded journal store
 	$(BIN)/exactly demo
 
-test: $(STAMP)            ## run the whole test suite
+# The tests that touch message, framing and journal, run a second time on
+# the Python implementation (EXACTLY_PURE_PYTHON=1): Spark's and the Gazette
+# cluster's own tests run once.
+PURE_TESTS ?= -m "not spark and not slow" --ignore=tests/test_localcluster.py
+
+test: $(STAMP)            ## run the whole test suite, on the native core then on the Python implementation
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	# pytest exits 5 when it collects no test: that alone is not a failure.
 	$(BIN)/python -m pytest $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	EXACTLY_PURE_PYTHON=1 $(BIN)/python -m pytest $(PURE_TESTS) $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 bench: $(STAMP)           ## run every benchmark and print a table
 	$(BIN)/exactly bench
@@ -36,4 +42,4 @@ soak: $(STAMP)            ## SIGKILL writers and consumers at random for MINUTES
 	$(BIN)/python -m tests.soak --minutes $(MINUTES)
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis message/*.so
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis message/*.so journal/*.so

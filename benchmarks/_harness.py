@@ -29,6 +29,8 @@ class Result:
     # for the value itself. ``higher_is_better`` says which way the target goes.
     target: float | None = None
     higher_is_better: bool = True
+    # Shown beside the value (the figures a difference is made of, ...).
+    note: str | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -61,7 +63,7 @@ def format_table(results: list[Result]) -> str:
     header = ("benchmark", "value", "baseline", "ratio", "target", "met")
     rows = [header]
     for r in results:
-        value = f"{r.value:,.4g} {r.unit}"
+        value = f"{r.value:,.4g} {r.unit}" + (f" ({r.note})" if r.note else "")
         base = f"{r.baseline:,.4g} ({r.baseline_name})" if r.baseline is not None else "-"
         ratio = f"{r.ratio:.3f}" if r.ratio is not None else "-"
         if r.target is None:

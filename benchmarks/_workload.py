@@ -8,6 +8,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
+import orjson
+
 from journal import JournalClient, JournalSpec
 from message import Envelope, Flags, build_uuid, new_clock, new_producer_id
 
@@ -57,6 +59,71 @@ def envelopes(n: int, producers: int = 100, seed: int = 1, frame: int = 100) -> 
         out.append(Envelope(spec, offset, offset + frame, Msg(build_uuid(p, clocks[p], flags))))
         offset += frame
     return out
+
+
+def mixed_frames(
+    n: int, producers: int = 100, journals: int = 2, seed: int = 1
+) -> tuple[list[list[bytes]], bytes]:
+    """``n`` NDJSON frames (about 100 bytes each) over ``journals`` journals:
+    ``(frames of each journal, order)``, where ``order`` has one byte per
+    frame, the journal it was appended to, in append order.
+
+    ``producers`` producers, each picked at random per step: 90% of the
+    messages are OUTSIDE_TXN, 10% in transactions of 1 to 8 messages to one
+    journal (interleaved with other producers' messages), each followed by
+    its ACK_TXN; and 1% of the steps append again a recent frame of a
+    journal (a retried append: a duplicate)."""
+    rng = random.Random(seed)
+    ids = [new_producer_id() for _ in range(producers)]
+    clocks = dict.fromkeys(ids, new_clock(time.time_ns()))
+    txn: dict[bytes, tuple[int, int]] = {}  # producer -> (journal, messages left)
+    frames: list[list[bytes]] = [[] for _ in range(journals)]
+    order = bytearray()
+    count = 0
+
+    def append(j: int, line: bytes) -> None:
+        frames[j].append(line)
+        order.append(j)
+
+    recent: list[list[bytes]] = [[] for _ in range(journals)]  # not ACKs: see below
+    while len(order) < n:
+        if rng.random() < 0.01 and recent[0]:
+            # A retried append of a recent message (an ACK intent re-sent
+            # after later commits would be rolled back, and logged).
+            j = rng.randrange(journals)
+            if recent[j]:
+                append(j, recent[j][-rng.randint(1, len(recent[j]))])
+                continue
+        p = rng.choice(ids)
+        clocks[p] += 1
+        if p in txn:
+            j, left = txn[p]
+            if left:
+                flags = Flags.CONTINUE_TXN
+                txn[p] = (j, left - 1)
+            else:
+                flags = Flags.ACK_TXN
+                del txn[p]
+        elif rng.random() < 0.025:
+            j = rng.randrange(journals)
+            flags = Flags.CONTINUE_TXN
+            txn[p] = (j, rng.randint(1, 8) - 1)
+        else:
+            j, flags = rng.randrange(journals), Flags.OUTSIDE_TXN
+        count += 1
+        doc = {
+            "_meta": {"uuid": str(build_uuid(p, clocks[p], flags))},
+            "n": count,
+            "page": f"/products/{count % 977:05d}",
+            "session": f"s-{count % 5003:06d}",
+        }
+        line = orjson.dumps(doc, option=orjson.OPT_APPEND_NEWLINE)
+        append(j, line)
+        if flags != Flags.ACK_TXN:
+            recent[j].append(line)
+            if len(recent[j]) > 2000:
+                del recent[j][:1000]
+    return frames, bytes(order)
 
 
 def publish_mixed(client: JournalClient, journal: str, n: int, seed: int = 1) -> int:

@@ -57,6 +57,13 @@ class JSONLinesFraming:
     def content_type(self) -> str:
         return CONTENT_TYPE_JSON_LINES
 
+    @property
+    def newline_delimited(self) -> bool:
+        """Every frame is one line, through its newline (and every newline
+        ends a frame): a reader may split the bytes into frames itself, as
+        ``read_frames`` would."""
+        return True
+
     def marshal(self, msg: Any) -> bytes:
         """One frame: the JSON document of ``msg`` and a newline."""
         if type(msg) in _orjson_dicts:

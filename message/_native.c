@@ -1627,9 +1627,17 @@ static PyTypeObject SequencerType = {
 };
 /* -- EnvelopeReader ----------------------------------------------------- */
 
+/* lines: bytes read from the source at once (the buffer grows for longer frames). */
+#define LINE_CHUNK (1 << 20)
+
 typedef struct {
     PyObject_HEAD
-    PyObject *frames;       /* iterator of (begin, end, frame), or of batches */
+    PyObject *frames;       /* iterator of (begin, end, frame), or of batches; or, with
+                             * lines, a source of bytes (its readinto) split here */
+    int lines;              /* frames is a source of newline-terminated frames */
+    PyObject *buf;          /* lines: a bytearray holding [bstart, blen) unread */
+    Py_ssize_t bstart, blen, scanned; /* lines: scanned: no newline in [bstart, scanned) */
+    int eof;                /* lines: the source is exhausted */
     iternextfunc frames_next;
     int batched;            /* frames yields (begin, [frame, ...]): contiguous frames */
     PyObject *batch;        /* batched: the list of frames being read, or NULL */
@@ -1659,6 +1667,7 @@ static int
 reader_traverse(Reader *r, visitproc visit, void *arg)
 {
     Py_VISIT(r->frames);
+    Py_VISIT(r->buf);
     Py_VISIT(r->batch);
     Py_VISIT(r->spec);
     Py_VISIT(r->new_message);
@@ -1681,6 +1690,7 @@ static int
 reader_clear(Reader *r)
 {
     Py_CLEAR(r->frames);
+    Py_CLEAR(r->buf);
     Py_CLEAR(r->batch);
     r->frames_next = NULL;
     Py_CLEAR(r->spec);
@@ -1713,22 +1723,22 @@ reader_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"frames", "spec", "new_message", "decode", "jumps", "rebase",
                              "corrupt", "error_type", "base", "on_end", "truncated_type",
-                             "truncated", "loads", "plain_types", "batched", NULL};
+                             "truncated", "loads", "plain_types", "batched", "lines", NULL};
     PyObject *frames, *spec, *new_message, *decode, *jumps, *rebase, *corrupt, *error_type;
     PyObject *on_end, *truncated_type, *truncated;
     PyObject *loads = Py_None, *plain_types = Py_None;
     long long base;
-    int batched = 0;
+    int batched = 0, lines = 0;
     if (check_ready() < 0) {
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOLOOO|OOp:EnvelopeReader", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOOOOOLOOO|OOpp:EnvelopeReader", kwlist,
                                      &frames, &spec, &new_message, &decode, &jumps, &rebase,
                                      &corrupt, &error_type, &base, &on_end, &truncated_type,
-                                     &truncated, &loads, &plain_types, &batched)) {
+                                     &truncated, &loads, &plain_types, &batched, &lines)) {
         return NULL;
     }
-    if (!PyIter_Check(frames)) {
+    if (!lines && !PyIter_Check(frames)) {
         PyErr_SetString(PyExc_TypeError, "frames must be an iterator");
         return NULL;
     }
@@ -1749,6 +1759,11 @@ reader_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     r->frames = Py_NewRef(frames);
     r->frames_next = Py_TYPE(frames)->tp_iternext;
     r->batched = batched;
+    r->lines = lines;
+    if (lines && (r->buf = PyByteArray_FromStringAndSize(NULL, LINE_CHUNK)) == NULL) {
+        Py_DECREF(r);
+        return NULL;
+    }
     r->spec = Py_NewRef(spec);
     r->new_message = Py_NewRef(new_message);
     r->decode = Py_NewRef(decode);
@@ -1894,11 +1909,114 @@ frames_ended(Reader *r)
     }
 }
 
+/* Read more of the source into buf after [bstart, blen): 1 if some came,
+ * 0 at its end, -1 on error. */
+static int
+read_more(Reader *r)
+{
+    Py_ssize_t cap = PyByteArray_GET_SIZE(r->buf);
+    char *data = PyByteArray_AS_STRING(r->buf);
+    if (r->bstart > 0) {
+        /* Move the unread part to the front: the buffer is reused. */
+        memmove(data, data + r->bstart, r->blen - r->bstart);
+        r->blen -= r->bstart;
+        r->scanned -= r->bstart;
+        r->bstart = 0;
+    }
+    if (r->blen == cap) {
+        /* A frame longer than the buffer: grow it. */
+        if (PyByteArray_Resize(r->buf, cap * 2) < 0) {
+            return -1;
+        }
+        cap *= 2;
+        data = PyByteArray_AS_STRING(r->buf);
+    }
+    PyObject *view = PyMemoryView_FromMemory(data + r->blen, cap - r->blen, PyBUF_WRITE);
+    if (view == NULL) {
+        return -1;
+    }
+    PyObject *n = PyObject_CallMethod(r->frames, "readinto", "O", view);
+    /* The source must not keep the buffer: releasing the view makes sure
+     * (and raises if it holds an export). */
+    PyObject *exc = n == NULL ? fetch_exception() : NULL;
+    PyObject *released = PyObject_CallMethod(view, "release", NULL);
+    Py_DECREF(view);
+    if (exc != NULL) {
+        Py_XDECREF(released);
+        PyErr_Restore(Py_NewRef(Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
+        return -1;
+    }
+    if (released == NULL) {
+        Py_DECREF(n);
+        return -1;
+    }
+    Py_DECREF(released);
+    Py_ssize_t got = n == Py_None ? 0 : PyLong_AsSsize_t(n);
+    Py_DECREF(n);
+    if (got < 0 || got > cap - r->blen) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "readinto returned a bad count");
+        }
+        return -1;
+    }
+    r->blen += got;
+    return got > 0;
+}
+
+/* lines: the next line of the source, through its newline. */
+static PyObject *
+next_line(Reader *r, long long *begin, long long *end)
+{
+    for (;;) {
+        char *data = PyByteArray_AS_STRING(r->buf);
+        char *nl = r->scanned < r->blen
+                       ? memchr(data + r->scanned, '\n', r->blen - r->scanned) : NULL;
+        if (nl != NULL) {
+            Py_ssize_t n = nl + 1 - (data + r->bstart);
+            PyObject *line = PyBytes_FromStringAndSize(data + r->bstart, n);
+            if (line == NULL) {
+                return NULL;
+            }
+            *begin = r->pos;
+            *end = r->pos = r->pos + n;
+            r->bstart = r->scanned = nl + 1 - data;
+            return line;
+        }
+        r->scanned = r->blen;
+        int rc = r->eof ? 0 : read_more(r);
+        if (rc < 0) {
+            return NULL;
+        }
+        if (rc == 0) {
+            r->eof = 1;
+            if (r->blen > r->bstart) {
+                /* Input ended inside a frame: as line_batches raises it. */
+                PyObject *kw = Py_BuildValue("{sy#sL}", "data", data + r->bstart,
+                                             r->blen - r->bstart, "offset", r->pos);
+                PyObject *args = kw ? PyTuple_New(0) : NULL;
+                PyObject *exc = args ? PyObject_Call(r->truncated_type, args, kw) : NULL;
+                Py_XDECREF(kw);
+                Py_XDECREF(args);
+                r->bstart = r->blen;
+                if (exc != NULL) {
+                    PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+                    Py_DECREF(exc);
+                    hand_exception(r->truncated, NULL);
+                }
+            }
+            return NULL;
+        }
+    }
+}
+
 /* The next frame (a new reference) and its [begin, end) in the stream;
  * NULL at the end or on error. */
 static PyObject *
 next_frame(Reader *r, long long *begin, long long *end)
 {
+    if (r->lines) {
+        return next_line(r, begin, end);
+    }
     if (r->batched) {
         while (r->batch == NULL || r->batch_pos >= PyList_GET_SIZE(r->batch)) {
             Py_CLEAR(r->batch);

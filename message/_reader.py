@@ -87,13 +87,21 @@ class _OffsetTracker:
 
     def read(self, n: int = -1) -> bytes:
         data = self.reader.read(n)
-        # Where this chunk began in the journal, as the reader tells it.
-        begin = self.reader.offset - len(data)
+        self._advance(len(data))
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        n = self.reader.readinto(buffer) or 0
+        self._advance(n)
+        return n
+
+    def _advance(self, n: int) -> None:
+        # Where these bytes began in the journal, as the reader tells it.
+        begin = self.reader.offset - n
         if begin != self.shift + self.pos:
             self.shift = begin - self.pos
             self.jumps.append((self.pos, self.shift))
-        self.pos += len(data)
-        return data
+        self.pos += n
 
 
 class _StreamOf(io.RawIOBase):
@@ -272,15 +280,21 @@ class ReadUncommittedIter(_EnvelopeIter):
             tracker = self._tracker = _OffsetTracker(self._reader)
             plain_json = getattr(self._framing, "plain_json", None)
             loads, plain = plain_json() if plain_json is not None else (None, None)
-            # Frames by batch when the framing has them: no tuple per frame.
+            # Lines split by the native loop itself, from a buffer it reuses,
+            # when every frame is a line; else frames by batch when the
+            # framing has them (no tuple per frame), or one by one.
+            lines = getattr(self._framing, "newline_delimited", False)
             batches = getattr(self._framing, "read_frame_batches", None)
-            frames = batches(tracker) if batches else self._framing.read_frames(tracker)
+            if lines:
+                frames: Any = tracker
+            else:
+                frames = batches(tracker) if batches else self._framing.read_frames(tracker)
             self._fast = NATIVE.EnvelopeReader(
                 frames, self.spec, self._new_message,
                 self._framing.unmarshal_frame, tracker.jumps, tracker.base_at,
                 self._corrupt, FramingError,
                 tracker.start, self._reader.close, TruncatedFrameError, self._truncated,
-                loads, plain, batches is not None,
+                loads, plain, batches is not None, lines,
             )
         return self._fast
 
