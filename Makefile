@@ -10,8 +10,9 @@ STAMP   := $(VENV)/.installed
 # `make soak MINUTES=30`: how long the fault loops run.
 MINUTES ?= 10
 
-# Re-installing also rebuilds the native core (message/_native.c), an optional C extension.
-$(STAMP): pyproject.toml setup.py message/_native.c
+# Re-installing also rebuilds the native core (message/_native.c, journal/_native.c),
+# optional C extensions.
+$(STAMP): pyproject.toml setup.py message/_native.c journal/_native.c
 	@echo "Setting up $(VENV): installing PySpark, pyarrow and the other dependencies."
 	@echo "The first time, this downloads about 400 MB: a minute or more. Progress below."
 	$(PY) -m venv $(VENV)

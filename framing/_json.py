@@ -138,6 +138,13 @@ class JSONLinesFraming:
         ended; the same frames, and the same errors at the end."""
         return line_batches(r, chunk_size)
 
+    def plain_dumps(self) -> tuple[Callable[[Any], bytes], set[type]]:
+        """For writers that encode in bulk: ``(dumps, types)``, where
+        ``marshal(msg)`` of a message whose type is in ``types`` (a set that
+        only grows) is ``dumps(msg) + b"\\n"``; if ``dumps`` raises, the
+        error to report is ``marshal``'s."""
+        return _dumps, _orjson_dicts
+
     def plain_json(self) -> tuple[Callable[[Frame], Any], set[type]]:
         """For readers that decode in bulk: ``(loads, types)``, where decoding
         a frame into a message whose type is in ``types`` (a set that only

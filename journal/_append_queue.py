@@ -25,6 +25,7 @@ from typing import Final
 
 from ._errors import JournalClosedError, JournalError
 from ._future import AppendFuture
+from ._pending import Pending
 from ._spec import AppendResult
 
 #: A batch holds at most this many bytes (unless one append is larger):
@@ -66,20 +67,15 @@ class AppendQueue:
         self.journal = journal
         self._max_batch_bytes = MAX_BATCH_BYTES if max_batch_bytes is None else max_batch_bytes
         self._on_commit = on_commit
-        # A plain Lock: submit() takes it once per call, and a Condition's
-        # own `with` is far slower. The conditions share it for waiting.
+        # The writer thread waits on these (the idle writer on _wakeup, a
+        # flush on _done); what is queued is _pending's, native when built.
         self._lock = threading.Lock()
-        self._wakeup = threading.Condition(self._lock)  # The idle writer waits here.
-        self._done = threading.Condition(self._lock)  # flush() waits here.
-        # The queue: appends' bytes and their futures, in two lists kept in
-        # step. (A pair per append would be one more object per queued append
-        # for the cyclic garbage collector to go over, again and again.)
-        self._data: list[bytes] = []
-        self._futures: list[AppendFuture[AppendResult]] = []
+        self._wakeup = threading.Condition(self._lock)
+        self._done = threading.Condition(self._lock)
+        self._pending = Pending(AppendFuture, self._closed, self._start, self._wake)
+        # submit() is _pending's own, without a call in between (per append).
+        self.submit = self._pending.submit  # type: ignore[method-assign]
         self._thread: threading.Thread | None = None
-        self._idle = False
-        self._stopping = False
-        self._handed = 0  # Appends handed to the writer thread so far.
         self._resolved = 0  # Appends resolved so far, in queue order.
         self._failures: list[tuple[int, BaseException]] = []
         self._taken = 0  # Appends handed to batches so far (writer thread only).
@@ -88,31 +84,30 @@ class AppendQueue:
 
     def submit(self, data: bytes) -> Future[AppendResult]:
         """Queue one append; the future resolves with where it landed."""
-        fut: AppendFuture[AppendResult] = AppendFuture()
-        # acquire/release rather than `with`: half the cost, per append.
-        lock = self._lock
-        lock.acquire()
-        try:
-            if self._stopping:
-                raise JournalClosedError(f"writer of {self.journal!r}")
-            self._data.append(data)
-            self._futures.append(fut)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name=f"journal-writer:{self.journal}", daemon=True
-                )
-                self._thread.start()
-            elif self._idle:
-                self._wakeup.notify()
-        finally:
-            lock.release()
-        return fut
+        future: Future[AppendResult] = self._pending.submit(data)
+        return future
+
+    def _closed(self) -> JournalClosedError:
+        return JournalClosedError(f"writer of {self.journal!r}")
+
+    def _start(self) -> None:
+        """Start the writer thread (``_pending`` found none running)."""
+        self._thread = threading.Thread(
+            target=self._run, name=f"journal-writer:{self.journal}", daemon=True
+        )
+        self._thread.start()
+
+    def _wake(self) -> None:
+        """Wake the idle writer thread (``_pending`` found it idle). The
+        writer holds _lock from before it said it was idle until it waits:
+        this notification cannot come in between and be lost."""
+        with self._lock:
+            self._wakeup.notify()
 
     @property
     def issued(self) -> int:
         """Appends queued so far (the seq of the last one)."""
-        with self._lock:
-            return self._handed + len(self._futures)
+        return self._pending.issued()
 
     def wait(
         self, seq: int, deadline: float | None, clock: Callable[[], float]
@@ -135,14 +130,13 @@ class AppendQueue:
     def stop(self) -> None:
         """Finish every queued append, then stop the thread and release resources."""
         with self._lock:
-            self._stopping = True
+            self._pending.stop()
             self._wakeup.notify_all()
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
-        with self._lock:
-            if self._thread is None:
-                self._release_resources()
+        if not self._pending.running:
+            self._release_resources()
 
     # For subclasses --------------------------------------------------------
 
@@ -161,29 +155,33 @@ class AppendQueue:
         # futures); handled in batches of at most max_batch_bytes so that
         # early futures resolve without waiting for a whole backlog. Taking
         # the queue whole keeps submit() cheap.
+        pending = self._pending
         data: list[bytes] = []
         futures: list[AppendFuture[AppendResult]] = []
         ends: list[int] = []  # ends[i]: the size of data[: i + 1]
         pos = 0
         while True:
             if pos == len(futures):
-                data, futures = [], []  # Keep nothing alive while idle.
-                with self._lock:
-                    while not self._futures:
-                        if self._stopping:
-                            self._release_resources()
-                            self._thread = None
-                            return
-                        self._idle = True
-                        notified = self._wakeup.wait(IDLE_EXIT_SECONDS)
-                        self._idle = False
-                        if not notified and not self._futures and not self._stopping:
-                            self._release_resources()
-                            self._thread = None
-                            return
-                    data, self._data = self._data, []
-                    futures, self._futures = self._futures, []
-                    self._handed += len(futures)
+                data, futures = pending.take()
+                while not futures:
+                    if not pending.stopping:
+                        with self._lock:
+                            if pending.begin_idle():
+                                notified = self._wakeup.wait(IDLE_EXIT_SECONDS)
+                                pending.end_idle()
+                                if notified:
+                                    data, futures = pending.take()
+                                    continue
+                            else:
+                                data, futures = pending.take()
+                                continue
+                    # Stopping, or idle for a while: release what is held,
+                    # then exit unless appends came meanwhile (the next
+                    # batch then opens what it needs again).
+                    self._release_resources()
+                    if pending.exit():
+                        return
+                    data, futures = pending.take()
                 pos = 0
                 ends = list(accumulate(map(len, data)))
             # As many appends as fit in max_batch_bytes, and at least one.

@@ -55,6 +55,7 @@ consumer checkpoint.
 """
 
 from ._checkpoint import Checkpoint as Checkpoint
+from ._core import Publisher as Publisher
 from ._core import Sequencer as Sequencer
 from ._envelope import Envelope as Envelope
 from ._envelope import JournalProducer as JournalProducer
@@ -75,7 +76,6 @@ from ._mapping import modulo_mapping as modulo_mapping
 from ._mapping import random_mapping as random_mapping
 from ._mapping import rendezvous_mapping as rendezvous_mapping
 from ._publisher import AckIntent as AckIntent
-from ._publisher import Publisher as Publisher
 from ._reader import ReadCommittedIter as ReadCommittedIter
 from ._reader import ReadUncommittedIter as ReadUncommittedIter
 from ._transaction import IntentLog as IntentLog

@@ -5,8 +5,9 @@ readable definition of the behaviour; ``message/_native.c`` is a native
 implementation of the same (the whole Sequencer, and the read loops), built
 by ``pip install`` when a C compiler is at hand. As aiokafka does with its
 record classes, the public names are bound to the fastest implementation
-present: ``message.Sequencer`` is ``NATIVE.Sequencer`` when it is built, and
-the read iterators run its loops.
+present: ``message.Sequencer`` is ``NATIVE.Sequencer`` and
+``message.Publisher`` is ``NATIVE.Publisher`` when it is built, and the read
+iterators run its loops.
 
 ``EXACTLY_PURE_PYTHON=1`` (any value but empty or ``0``) picks the Python
 implementation everywhere. Where the native core could not be built, the
@@ -17,16 +18,21 @@ Python implementation runs, and importing ``message`` says so with one
 from __future__ import annotations
 
 import os
+import uuid
 import warnings
 from types import ModuleType
 from typing import Any
 
+from framing import framing_by_content_type
+
 from ._envelope import Envelope, ProducerState
 from ._errors import MustStartReplay, ReplayError
+from ._publisher import AckIntent
+from ._publisher import Publisher as PyPublisher
 from ._sequencer import Sequencer as PySequencer
 from ._sequencer import horizon_units, warn_old_ack, warn_unknown_flags
 from ._types import JsonDocument
-from ._uuid import UUID_INT_OF
+from ._uuid import UUID_INT_OF, Clock, new_producer_id
 
 #: The text every "not built" warning starts with (pyproject.toml's pytest
 #: filters name it).
@@ -57,6 +63,10 @@ def _load() -> ModuleType | None:
         Envelope, ProducerState, MustStartReplay, ReplayError, UUID_INT_OF,
         JsonDocument._uuid_int, horizon_units, warn_unknown_flags, warn_old_ack,
     )
+    native.configure_publisher(
+        uuid.UUID, uuid.SafeUUID.unknown, Clock, new_producer_id, framing_by_content_type,
+        AckIntent, JsonDocument,
+    )
     return native
 
 
@@ -67,3 +77,4 @@ NATIVE: Any = _load()
 IMPLEMENTATION = "python" if NATIVE is None else "native"
 
 Sequencer: type[PySequencer] = PySequencer if NATIVE is None else NATIVE.Sequencer
+Publisher: type[PyPublisher] = PyPublisher if NATIVE is None else NATIVE.Publisher

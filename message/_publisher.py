@@ -100,7 +100,13 @@ class Publisher:
         return self._producer
 
     @property
+    def client(self) -> JournalClient:
+        """The journal client appended to."""
+        return self._client
+
+    @property
     def clock(self) -> Clock:
+        """The caller's Clock, or the Publisher's own."""
         return self._clock
 
     def _framing(self, content_type: str) -> Framing:

@@ -145,7 +145,7 @@ class Transaction:
 
     @property
     def client(self) -> JournalClient:
-        return self.publisher._client
+        return self.publisher.client
 
     def publish(self, mapping: MappingFunc, msg: Message) -> Future[AppendResult]:
         """Publish ``msg`` as part of the transaction."""

@@ -53,6 +53,7 @@ from message import (
     Sequencer,
     _core,
     build_uuid,
+    get_clock,
     new_clock,
 )
 from message._sequencer import Sequencer as PySequencer
@@ -635,3 +636,59 @@ def test_without_the_native_core_python_runs_with_one_warning() -> None:
     warnings = [line for line in out.stderr.splitlines() if "Warning" in line]
     assert len(warnings) == 1, out.stderr
     assert _core.NOT_BUILT in warnings[0] and "RuntimeWarning" in warnings[0]
+
+
+# -- the Publisher ------------------------------------------------------------
+
+
+@needs_c
+@settings(max_examples=40, deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["committed", "uncommitted", "ack", "rollback",
+                                                "bad"]),
+                              st.integers(0, 2)), max_size=40),
+       own_clock=st.booleans())
+def test_publishers_write_the_same_frames(ops: list[tuple[str, int]], own_clock: bool) -> None:
+    """The native and the Python Publisher, given the same calls (and, with
+    a caller's Clock, the same clocks), write the same frames and intents,
+    and raise the same errors; ProducerIDs aside (each draws its own)."""
+    from message._publisher import Publisher as PyPublisher
+
+    journals = [f"pub/j{i}" for i in range(3)]
+    written = []
+    for publisher_type in (_core.NATIVE.Publisher, PyPublisher):
+        client = MemoryJournalClient()
+        for j in journals:
+            client.create(j, NDJSON)
+        pub = publisher_type(client, None if own_clock else Clock(new_clock(10**18)))
+        log: list[Any] = []
+        for n, (op, j) in enumerate(ops):
+            to = lambda _m, j=j: (journals[j], "application/x-ndjson")  # noqa: E731
+            try:
+                if op in ("committed", "uncommitted"):
+                    publish = (pub.publish_committed if op == "committed"
+                               else pub.publish_uncommitted)
+                    log.append(("result", publish(to, JsonDocument(n=n)).result()))
+                elif op == "bad":
+                    log.append(("result", pub.publish_committed(to, JsonDocument(_meta=7))))
+                else:
+                    intents = (pub.build_ack_intents() if op == "ack"
+                               else pub.build_rollback_intents())
+                    log.append(("intents", [i.journal for i in intents]))
+                    for i in intents:
+                        client.append(i.journal, i.intent).result()
+            except Exception as exc:  # compared below
+                log.append(("raised", type(exc)))
+            log.append(("open", pub.has_open_transaction))
+        node = pub.producer_id.hex().encode()
+        frames = []
+        for j in journals:
+            with client.read(j) as r:
+                frames.append(r.read().replace(node, b"<producer>"))
+        clocks = []
+        for j in journals:
+            clocks += [get_clock(e.message.get_uuid())
+                       for e in ReadUncommittedIter(client, j, lambda _s: JsonDocument())]
+        written.append((log, frames if not own_clock else None, len(clocks)))
+        if own_clock:
+            assert all(c > new_clock(10**18) for c in clocks)  # the wall clock: now
+    assert written[0] == written[1]
