@@ -594,27 +594,21 @@ journal_of_name(Sequencer *s, PyObject *name)
     return n;
 }
 
-/* The journal index of an envelope (env.journal.name); -1 on error. */
+/* The journal index of a JournalSpec (spec.name); -1 on error. */
 static Py_ssize_t
-journal_of_env(Sequencer *s, PyObject *env)
+journal_of_spec(Sequencer *s, PyObject *spec)
 {
-    PyObject *spec = env_get(env, C.d_journal, C.str_journal);
-    if (spec == NULL) {
-        return -1;
-    }
     if (spec == s->last_spec) {
-        Py_DECREF(spec);
         return s->last_journal;
     }
     PyObject *name = PyObject_GetAttr(spec, C.str_name);
     Py_ssize_t j = name ? journal_of_name(s, name) : -1;
     Py_XDECREF(name);
     if (j < 0) {
-        Py_DECREF(spec);
         return -1;
     }
     /* A JournalSpec is frozen: its name stays that of the index. */
-    Py_XSETREF(s->last_spec, spec);
+    Py_XSETREF(s->last_spec, Py_NewRef(spec));
     s->last_journal = j;
     return j;
 }
@@ -809,6 +803,9 @@ commit_span(Sequencer *s, Partial *p, uint64_t ack, PyObject *ack_env, long long
     return 0;
 }
 
+static int seq_queue_parts(Sequencer *s, PyObject *env, PyObject *msg, PyObject *spec,
+                           long long begin);
+
 /* queue_uncommitted: 1 (True), 0 (False), -1 on error. */
 static int
 seq_queue(Sequencer *s, PyObject *env)
@@ -817,15 +814,30 @@ seq_queue(Sequencer *s, PyObject *env)
         PyErr_SetString(PyExc_RuntimeError, "committed messages remain to dequeue");
         return -1;
     }
-    s->out_n = s->out_pos = 0;
     PyObject *msg = env_get(env, C.d_message, C.str_message);
-    if (msg == NULL) {
+    PyObject *spec = msg ? env_get(env, C.d_journal, C.str_journal) : NULL;
+    long long begin = 0;
+    int rc = spec ? env_get_ll(env, C.d_begin, C.str_begin, &begin) : -1;
+    if (rc == 0) {
+        rc = seq_queue_parts(s, env, msg, spec, begin);
+    }
+    Py_XDECREF(msg);
+    Py_XDECREF(spec);
+    return rc;
+}
+
+/* queue_uncommitted of env, whose message, journal spec and begin offset
+ * are given (borrowed): what a reader that made env knows already. */
+static int
+seq_queue_parts(Sequencer *s, PyObject *env, PyObject *msg, PyObject *spec, long long begin)
+{
+    if (s->out_pos < s->out_n || s->replay.active) {
+        PyErr_SetString(PyExc_RuntimeError, "committed messages remain to dequeue");
         return -1;
     }
+    s->out_n = s->out_pos = 0;
     uint64_t hi, lo;
-    int rc = message_uuid(&s->uuid_of, msg, &hi, &lo);
-    Py_DECREF(msg);
-    if (rc < 0) {
+    if (message_uuid(&s->uuid_of, msg, &hi, &lo) < 0) {
         return -1;
     }
     uint64_t clock = clock_of(hi, lo);
@@ -841,9 +853,8 @@ seq_queue(Sequencer *s, PyObject *env)
         return 1;
     }
     unsigned flags = flags_of(lo);
-    Py_ssize_t j = journal_of_env(s, env);
-    long long begin;
-    if (j < 0 || env_get_ll(env, C.d_begin, C.str_begin, &begin) < 0) {
+    Py_ssize_t j = journal_of_spec(s, spec);
+    if (j < 0) {
         return -1;
     }
     int created;
@@ -1660,6 +1671,8 @@ typedef struct {
     PyObject *truncated_type; /* the frames' error when input ends inside a frame */
     PyObject *truncated;    /* truncated(exc): raises, or returns to end quietly */
     long long base;         /* journal offset of position 0 of the frames */
+    PyObject *last_msg;     /* the message and begin of `last` (borrowed: it holds them) */
+    long long last_begin;
     int done;
 } Reader;
 
@@ -2121,6 +2134,8 @@ reader_step(Reader *r)
         if (env == NULL) {
             return NULL;
         }
+        r->last_msg = msg;
+        r->last_begin = r->base + begin;
         Py_XSETREF(r->last, Py_NewRef(env));
         return env;
     }
@@ -2289,7 +2304,9 @@ committed_next(Committed *c)
             committed_finish(c);
             return NULL;
         }
-        rc = seq_queue(s, env);
+        /* Its parts as the reader made them: no attribute read back. */
+        rc = seq_queue_parts(s, env, c->reader->last_msg, c->reader->spec,
+                             c->reader->last_begin);
         Py_DECREF(env);
         if (rc < 0) {
             committed_finish(c);
