@@ -1,7 +1,8 @@
 """Publishing and reading through the LocalJournalStore.
 
 - durable ``publish_committed`` of ~100-byte NDJSON messages from one process
-  (target 200k/s), beside raw appends of the same frames;
+  (target 600k/s: faster than a Kafka producer, ~570k msg/s of 100 bytes
+  without waiting for fsync), beside raw appends of the same frames;
 - read-uncommitted messages/s as a ratio to a bare ``orjson.loads`` loop over
   the same lines (target 0.5);
 - read-committed over read-uncommitted (target 0.8);
@@ -123,7 +124,7 @@ def run(scale: float) -> list[Result]:
         Result(f"publish_committed, durable ({size:.0f} B NDJSON)", n / times["publish"],
                "msg/s", baseline_name="raw append", baseline=n / times["append"]),
         Result("publish_committed, durable: msg/s", n / times["publish"], "msg/s",
-               target=200_000),
+               target=600_000),
         Result("read uncommitted vs orjson.loads", n / read["u"], "msg/s",
                baseline_name="orjson.loads", baseline=n / read["orjson"], target=0.5),
         Result("read committed vs read uncommitted", n / read["c"], "msg/s",

@@ -31,10 +31,11 @@ def main(argv: list[str] | None = None) -> int:
         results.extend(module.run(scale))
         print(f"  done in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     print(format_table(results))
-    from message._reader import SPEEDUPS
+    from message._core import IMPLEMENTATION
 
-    print("read loops: " + ("C (message/_speedups.c)" if SPEEDUPS is not None
-                            else "Python (C extension not built, or EXACTLY_PURE_PYTHON set)"))
+    print("implementation: " + ("native core (message/_native.c, journal/_native.c)"
+                                if IMPLEMENTATION == "native" else
+                                "Python (native core not built, or EXACTLY_PURE_PYTHON set)"))
     return 0
 
 

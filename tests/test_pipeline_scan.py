@@ -54,7 +54,7 @@ from tests.strategies import Workload, chaos_workloads, producer, publisher_work
 
 NDJSON = {"content-type": "application/x-ndjson"}
 
-needs_c = pytest.mark.skipif(C_LOOPS is None, reason="message._speedups is not built here")
+needs_c = pytest.mark.skipif(C_LOOPS is None, reason="the native core is not in use here")
 TEXT = ContentSpec((("text", pa.string()),))
 
 
@@ -468,7 +468,7 @@ _UUID_TEXTS = st.one_of(
 @settings(max_examples=200, deadline=None)
 @given(st.lists(_UUID_TEXTS, max_size=40), st.integers(0, 3))
 def test_uuid_strings_parse_the_same_in_c_and_numpy(values: list[Any], cut: int) -> None:
-    """The C parser of UUID columns (message/_speedups.c) and the numpy one
+    """The C parser of UUID columns (message/_native.c) and the numpy one
     agree, on sliced arrays too; canonical strings give their UUID."""
     import pipeline._scan as scan
 
