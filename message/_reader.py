@@ -415,24 +415,21 @@ class ReadCommittedIter(_EnvelopeIter):
         return self._uncommitted.skipped_ranges
 
     def _generate(self) -> Generator[Envelope, None, None]:
-        for env in self._uncommitted:
-            yield from self._sequence(env)
-
-    def _sequence(self, env: Envelope) -> Generator[Envelope, None, None]:
-        """Queue ``env`` and yield what it commits, replaying as needed."""
+        """Queue each envelope and yield what it commits, replaying as needed."""
         seq = self.sequencer
-        seq.queue_uncommitted(env)
-        deque_committed = seq.deque_committed
-        while True:
-            try:
-                committed = deque_committed()
-            except MustStartReplay:
-                begin, end = seq.replay_range()
-                seq.start_replay(self._start_replay(begin, end))
-                continue
-            if committed is None:
-                return
-            yield committed
+        queue_uncommitted, deque_committed = seq.queue_uncommitted, seq.deque_committed
+        for env in self._uncommitted:
+            queue_uncommitted(env)
+            while True:
+                try:
+                    committed = deque_committed()
+                except MustStartReplay:
+                    begin, end = seq.replay_range()
+                    seq.start_replay(self._start_replay(begin, end))
+                    continue
+                if committed is None:
+                    break
+                yield committed
 
     def _start_replay(self, begin: int, end: int) -> ReadUncommittedIter:
         self.replays += 1
