@@ -1,5 +1,6 @@
 """The one thing pyproject.toml does not say: the native core, two optional
-C extensions (message/_native.c and journal/_native.c).
+C extensions (message/_native.c, with its parts in message/_native_src/, and
+journal/_native.c).
 
 Without a C compiler the install goes on, and the Python implementation
 runs instead (message/_core.py says so with one warning).
@@ -7,9 +8,13 @@ runs instead (message/_core.py says so with one warning).
 
 from setuptools import Extension, setup
 
+# message/_native.c includes these, in order (one translation unit).
+PARTS = ("common", "sequencer", "reader", "columns", "publisher")
+
 setup(
     ext_modules=[
-        Extension("message._native", ["message/_native.c"], optional=True),
+        Extension("message._native", ["message/_native.c"], optional=True,
+                  depends=[f"message/_native_src/{part}.h" for part in PARTS]),
         Extension("journal._native", ["journal/_native.c"], optional=True),
     ],
 )

@@ -1,0 +1,373 @@
+/*
+ * Part of message/_native.c, which includes the parts in order as one
+ * translation unit (their functions stay static): The UUID layout, what configure() is given, Envelope fields, UUIDs of messages.
+ */
+
+/* -- the UUID layout (message/layout.py) -------------------------------- */
+
+#define PRODUCER_MASK 0xFFFFFFFFFFFFULL
+#define FLAGS_SHIFT 48
+#define FLAGS_MASK 0x3FF
+#define COUNTER_SHIFT 58
+#define OUTSIDE_TXN 0
+#define CONTINUE_TXN 1
+#define ACK_TXN 2
+#define UUID_EPOCH_OFFSET 122192928000000000ULL
+
+/* A UUID as two 64-bit halves: hi = bits 127..64, lo = bits 63..0. */
+static inline uint64_t
+clock_of(uint64_t hi, uint64_t lo)
+{
+    return ((hi & 0x0FFF) << 52) | (((hi >> 16) & 0xFFFF) << 36) | ((hi >> 32) << 4)
+           | ((lo >> COUNTER_SHIFT) & 0xF);
+}
+
+static inline unsigned
+flags_of(uint64_t lo)
+{
+    return (unsigned)((lo >> FLAGS_SHIFT) & FLAGS_MASK);
+}
+
+/* -- what configure() is given ------------------------------------------ */
+
+typedef struct {
+    int ready;
+    PyTypeObject *envelope_type;
+    PyObject *d_journal, *d_begin, *d_end, *d_message; /* Envelope's member descriptors */
+    PyObject *producer_state;                          /* ProducerState */
+    PyObject *must_start_replay, *replay_error;        /* the error classes */
+    PyObject *uuid_int_of;   /* dict: message type -> function giving the UUID as an int */
+    PyObject *json_uuid_int; /* that function of documents with their UUID at _meta/uuid */
+    PyObject *horizon_units; /* horizon_units(h) -> int | None */
+    PyObject *warn_unknown_flags, *warn_old_ack;
+    PyObject *str_meta, *str_uuid, *str_get_uuid, *str_int, *str_name, *str_getitem;
+    PyObject *str_journal, *str_begin, *str_end, *str_message, *str_producer, *str_last_ack;
+    PyObject *str_get, *int_zero;
+    PyObject *dict_getitem; /* dict.__getitem__ */
+} Config;
+
+static Config C;
+
+static PyObject *
+member_descriptor(PyTypeObject *type, const char *name)
+{
+    PyObject *d = PyDict_GetItemString(type->tp_dict, name); /* borrowed */
+    if (d == NULL || !Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyErr_Format(PyExc_TypeError, "%s.%s is not a __slots__ field", type->tp_name, name);
+        return NULL;
+    }
+    return Py_NewRef(d);
+}
+
+static PyObject *
+configure(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"envelope", "producer_state", "must_start_replay",
+                             "replay_error", "uuid_int_of", "json_uuid_int",
+                             "horizon_units", "warn_unknown_flags", "warn_old_ack", NULL};
+    PyTypeObject *env;
+    PyObject *ps, *msr, *rerr, *uio, *jui, *hu, *wuf, *woa;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOOO!OOOO:configure", kwlist, &PyType_Type,
+                                     &env, &ps, &msr, &rerr, &PyDict_Type, &uio, &jui, &hu,
+                                     &wuf, &woa)) {
+        return NULL;
+    }
+    if (C.ready) {
+        PyErr_SetString(PyExc_RuntimeError, "message._native is configured already");
+        return NULL;
+    }
+    Config c = {0};
+    c.d_journal = member_descriptor(env, "journal");
+    c.d_begin = c.d_journal ? member_descriptor(env, "begin") : NULL;
+    c.d_end = c.d_begin ? member_descriptor(env, "end") : NULL;
+    c.d_message = c.d_end ? member_descriptor(env, "message") : NULL;
+    if (c.d_message == NULL) {
+        return NULL;
+    }
+#define INTERN(field, text) \
+    if ((c.field = PyUnicode_InternFromString(text)) == NULL) return NULL;
+    INTERN(str_meta, "_meta");
+    INTERN(str_uuid, "uuid");
+    INTERN(str_get_uuid, "get_uuid");
+    INTERN(str_int, "int");
+    INTERN(str_name, "name");
+    INTERN(str_getitem, "__getitem__");
+    INTERN(str_journal, "journal");
+    INTERN(str_begin, "begin");
+    INTERN(str_end, "end");
+    INTERN(str_message, "message");
+    INTERN(str_producer, "producer");
+    INTERN(str_last_ack, "last_ack");
+    INTERN(str_get, "get");
+#undef INTERN
+    c.int_zero = PyLong_FromLong(0);
+    c.dict_getitem = PyObject_GetAttr((PyObject *)&PyDict_Type, c.str_getitem);
+    if (c.int_zero == NULL || c.dict_getitem == NULL) {
+        return NULL;
+    }
+    c.envelope_type = (PyTypeObject *)Py_NewRef(env);
+    c.producer_state = Py_NewRef(ps);
+    c.must_start_replay = Py_NewRef(msr);
+    c.replay_error = Py_NewRef(rerr);
+    c.uuid_int_of = Py_NewRef(uio);
+    c.json_uuid_int = Py_NewRef(jui);
+    c.horizon_units = Py_NewRef(hu);
+    c.warn_unknown_flags = Py_NewRef(wuf);
+    c.warn_old_ack = Py_NewRef(woa);
+    c.ready = 1;
+    C = c; /* once per process: nothing to release */
+    Py_RETURN_NONE;
+}
+
+static int
+check_ready(void)
+{
+    if (!C.ready) {
+        PyErr_SetString(PyExc_RuntimeError, "message._native is not configured");
+        return -1;
+    }
+    return 0;
+}
+
+/* -- Envelope fields ------------------------------------------------------ */
+
+/* env.<field> (a new reference): through the dataclass's member descriptor
+ * for an Envelope, through getattr for anything else. */
+static inline PyObject *
+env_get(PyObject *env, PyObject *descr, PyObject *name)
+{
+    if (Py_TYPE(env) == C.envelope_type) {
+        return Py_TYPE(descr)->tp_descr_get(descr, env, (PyObject *)C.envelope_type);
+    }
+    return PyObject_GetAttr(env, name);
+}
+
+static int
+env_get_ll(PyObject *env, PyObject *descr, PyObject *name, long long *out)
+{
+    PyObject *v = env_get(env, descr, name);
+    if (v == NULL) {
+        return -1;
+    }
+    *out = PyLong_AsLongLong(v);
+    Py_DECREF(v);
+    return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* Envelope(spec, begin, end, msg), as its dataclass __init__ makes it. */
+static PyObject *
+new_envelope(PyObject *spec, long long begin, long long end, PyObject *msg)
+{
+    PyTypeObject *t = C.envelope_type;
+    PyObject *b = PyLong_FromLongLong(begin);
+    PyObject *e = b ? PyLong_FromLongLong(end) : NULL;
+    PyObject *env = e ? t->tp_alloc(t, 0) : NULL;
+    if (env == NULL) {
+        Py_XDECREF(b);
+        Py_XDECREF(e);
+        return NULL;
+    }
+    descrsetfunc set = Py_TYPE(C.d_journal)->tp_descr_set;
+    int rc = set(C.d_journal, env, spec) | set(C.d_begin, env, b) | set(C.d_end, env, e)
+             | set(C.d_message, env, msg);
+    Py_DECREF(b);
+    Py_DECREF(e);
+    if (rc != 0) {
+        Py_DECREF(env);
+        return NULL;
+    }
+    return env;
+}
+
+/* -- UUIDs of messages ---------------------------------------------------- */
+
+/* Hex digit values, -1 for other bytes. */
+static signed char HEX[256];
+
+static void
+init_hex(void)
+{
+    for (int i = 0; i < 256; i++) {
+        HEX[i] = -1;
+    }
+    for (int i = 0; i < 10; i++) {
+        HEX['0' + i] = (signed char)i;
+    }
+    for (int i = 0; i < 6; i++) {
+        HEX['a' + i] = HEX['A' + i] = (signed char)(10 + i);
+    }
+}
+
+/* The canonical 8-4-4-4-12 form only; 1 if parsed. */
+static int
+parse_uuid36(PyObject *s, uint64_t *hi, uint64_t *lo)
+{
+    if (!PyUnicode_CheckExact(s) || PyUnicode_GET_LENGTH(s) != 36
+        || !PyUnicode_IS_COMPACT_ASCII(s)) {
+        return 0;
+    }
+    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(s);
+    if (p[8] != '-' || p[13] != '-' || p[18] != '-' || p[23] != '-') {
+        return 0;
+    }
+    static const unsigned char pos[32] = {
+        0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 14, 15, 16, 17,
+        19, 20, 21, 22, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35};
+    /* Each digit goes to its place on its own (no chain of shifts from one
+     * digit to the next), which lets the compiler unroll and overlap them:
+     * this runs once per envelope a committed read queues. */
+    uint64_t h = 0, l = 0;
+    int bad = 0;
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC unroll 16
+#endif
+    for (int i = 0; i < 16; i++) {
+        int vh = HEX[p[pos[i]]], vl = HEX[p[pos[16 + i]]];
+        bad |= vh | vl;
+        h |= (uint64_t)(vh & 0xF) << (60 - 4 * i);
+        l |= (uint64_t)(vl & 0xF) << (60 - 4 * i);
+    }
+    if (bad < 0) {
+        return 0;
+    }
+    *hi = h;
+    *lo = l;
+    return 1;
+}
+
+/* A UUID's int as two halves (its low 128 bits); -1 if it is no int. */
+static int
+split_uuid_int(PyObject *v, uint64_t *hi, uint64_t *lo)
+{
+    if (!PyLong_Check(v)) {
+        PyErr_Format(PyExc_TypeError, "a UUID's int must be an int, not %.100s",
+                     Py_TYPE(v)->tp_name);
+        return -1;
+    }
+    unsigned char b[16];
+#if PY_VERSION_HEX >= 0x030D0000
+    if (PyLong_AsNativeBytes(v, b, 16, Py_ASNATIVEBYTES_BIG_ENDIAN
+                             | Py_ASNATIVEBYTES_UNSIGNED_BUFFER) < 0) {
+        return -1;
+    }
+#else
+    if (_PyLong_AsByteArray((PyLongObject *)v, b, 16, 0, 0) < 0) {
+        /* More than 128 bits: no UUID. Keep the low 128, as a mask would. */
+        PyErr_Clear();
+        PyObject *mask = PyLong_FromString("ffffffffffffffffffffffffffffffff", NULL, 16);
+        PyObject *low = mask ? PyNumber_And(v, mask) : NULL;
+        Py_XDECREF(mask);
+        if (low == NULL) {
+            return -1;
+        }
+        int rc = _PyLong_AsByteArray((PyLongObject *)low, b, 16, 0, 0);
+        Py_DECREF(low);
+        if (rc < 0) {
+            return -1;
+        }
+    }
+#endif
+    uint64_t h = 0, l = 0;
+    for (int i = 0; i < 8; i++) {
+        h = (h << 8) | b[i];
+        l = (l << 8) | b[8 + i];
+    }
+    *hi = h;
+    *lo = l;
+    return 0;
+}
+
+/* The exception being raised, normalized, with its traceback (and the
+ * error indicator cleared): PyErr_GetRaisedException before Python 3.12. */
+static PyObject *
+fetch_exception(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+    return PyErr_GetRaisedException();
+#else
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    if (tb != NULL) {
+        PyException_SetTraceback(value, tb);
+    }
+    Py_XDECREF(type);
+    Py_XDECREF(tb);
+    return value;
+#endif
+}
+
+enum { KIND_JSON = 1, KIND_FUNC = 2, KIND_GET_UUID = 3 };
+
+/* How to get the UUID of messages of one type: the last type seen. */
+typedef struct {
+    PyTypeObject *type;
+    int kind;
+    PyObject *func; /* KIND_JSON, KIND_FUNC: UUID_INT_OF[type] */
+} UuidOf;
+
+static void
+uuid_of_clear(UuidOf *u)
+{
+    Py_CLEAR(u->type);
+    Py_CLEAR(u->func);
+}
+
+/* The UUID of `msg` as two halves, as Sequencer.queue_uncommitted gets it:
+ * UUID_INT_OF[type(msg)](msg) if the type is registered, else
+ * msg.get_uuid().int. Documents with their UUID at _meta/uuid (a plain dict
+ * lookup) and in the canonical form are parsed here; any other case calls
+ * the registered function, which gives the same answer. -1 on error. */
+static int
+message_uuid(UuidOf *u, PyObject *msg, uint64_t *hi, uint64_t *lo)
+{
+    PyTypeObject *t = Py_TYPE(msg);
+    if (t != u->type) {
+        PyObject *func = PyDict_GetItemWithError(C.uuid_int_of, (PyObject *)t);
+        if (func == NULL && PyErr_Occurred()) {
+            return -1;
+        }
+        int kind = func == NULL ? KIND_GET_UUID : KIND_FUNC;
+        if (func == C.json_uuid_int && PyDict_Check(msg)) {
+            PyObject *own = PyObject_GetAttr((PyObject *)t, C.str_getitem);
+            if (own == NULL) {
+                return -1;
+            }
+            if (own == C.dict_getitem) {
+                kind = KIND_JSON;
+            }
+            Py_DECREF(own);
+        }
+        Py_XSETREF(u->func, Py_XNewRef(func));
+        Py_XSETREF(u->type, (PyTypeObject *)Py_NewRef(t));
+        u->kind = kind;
+    }
+    if (u->kind == KIND_JSON) {
+        /* JsonDocument._uuid_int: self["_meta"]["uuid"], canonical string. */
+        PyObject *meta = PyDict_GetItemWithError(msg, C.str_meta);
+        if (meta != NULL && PyDict_CheckExact(meta)) {
+            PyObject *s = PyDict_GetItemWithError(meta, C.str_uuid);
+            if (s != NULL && parse_uuid36(s, hi, lo)) {
+                return 0;
+            }
+        }
+        if (PyErr_Occurred()) {
+            return -1;
+        }
+    }
+    PyObject *v;
+    if (u->kind != KIND_GET_UUID) {
+        v = PyObject_Vectorcall(u->func, &msg, 1, NULL);
+    }
+    else {
+        PyObject *uu = PyObject_CallMethodNoArgs(msg, C.str_get_uuid);
+        v = uu ? PyObject_GetAttr(uu, C.str_int) : NULL;
+        Py_XDECREF(uu);
+    }
+    if (v == NULL) {
+        return -1;
+    }
+    int rc = split_uuid_int(v, hi, lo);
+    Py_DECREF(v);
+    return rc;
+}
