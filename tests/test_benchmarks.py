@@ -57,3 +57,14 @@ def test_unknown_benchmark_is_a_clear_error() -> None:
         capture_output=True, text=True, timeout=60,
     )
     assert r.returncode == 1 and "unknown benchmark nope" in r.stderr
+
+
+def test_mixed_workload_rows_say_why_go_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without Go, the rows measured against Gazette's Go Sequencer are still
+    there, with no baseline, and say why."""
+    import benchmarks.bench_mixed as mixed
+
+    monkeypatch.setattr(mixed, "_go_program", lambda: (None, "no `go` on PATH"))
+    rows = {r.name: r for r in mixed.run(0.001)}
+    missing = [name for name in rows if "no Go baseline: no `go` on PATH" in name]
+    assert len(missing) == 2 and all(rows[name].baseline is None for name in missing)
