@@ -28,6 +28,16 @@ flags_of(uint64_t lo)
     return (unsigned)((lo >> FLAGS_SHIFT) & FLAGS_MASK);
 }
 
+/* -- across Python versions ---------------------------------------------- */
+
+/* getattr(obj, name, None) without raising AttributeError: 1 and *out set,
+ * 0 (not found) or -1 (error). */
+#if PY_VERSION_HEX >= 0x030D0000
+#define lookup_attr PyObject_GetOptionalAttr
+#else
+#define lookup_attr _PyObject_LookupAttr
+#endif
+
 /* -- what configure() is given ------------------------------------------ */
 
 typedef struct {

@@ -261,7 +261,7 @@ framing_of(Publisher *p, PyObject *content_type)
         return NULL;
     }
     PyObject *plain = NULL;
-    if (_PyObject_LookupAttr(f, P.str_plain_dumps, &plain) < 0) {
+    if (lookup_attr(f, P.str_plain_dumps, &plain) < 0) {
         Py_DECREF(f);
         return NULL;
     }
@@ -317,13 +317,14 @@ marshal(PyObject *entry, PyObject *msg)
 }
 
 /* The next clock (under the lock): the caller's Clock ticked, or our own
- * moved to the wall clock and ticked. 0 on error. */
+ * ticked, first moved to the wall clock if `wall` (as a publish does; an
+ * intent only ticks). 0 on error. */
 static uint64_t
-next_clock(Publisher *p)
+next_clock(Publisher *p, int wall)
 {
     if (p->clock_obj == NULL) {
-        uint64_t wall = ((uint64_t)(now_ns() / 100) + UUID_EPOCH_OFFSET) << 4;
-        p->clock = (wall > p->clock ? wall : p->clock) + 1;
+        uint64_t now = wall ? ((uint64_t)(now_ns() / 100) + UUID_EPOCH_OFFSET) << 4 : 0;
+        p->clock = (now > p->clock ? now : p->clock) + 1;
         return p->clock;
     }
     PyObject *v = PyObject_CallMethodNoArgs(p->clock_obj, P.str_tick);
@@ -389,7 +390,7 @@ static PyObject *
 publish(Publisher *p, PyObject *mapping, PyObject *msg, unsigned flags)
 {
     PyObject *validate;
-    if (_PyObject_LookupAttr(msg, P.str_validate, &validate) < 0) {
+    if (lookup_attr(msg, P.str_validate, &validate) < 0) {
         return NULL;
     }
     if (validate != NULL) {
@@ -421,7 +422,7 @@ publish(Publisher *p, PyObject *mapping, PyObject *msg, unsigned flags)
     Py_INCREF(framing);
     PyObject *future = NULL, *frame = NULL, *u = NULL, *clock_obj = NULL;
     pub_lock(p);
-    uint64_t clock = next_clock(p);
+    uint64_t clock = next_clock(p, 1);
     if (clock == 0 && PyErr_Occurred()) {
         goto done;
     }
@@ -525,7 +526,7 @@ intents(Publisher *p, int rollback)
             Py_XINCREF(clock_obj);
         }
         else {
-            clock = next_clock(p);
+            clock = next_clock(p, 0);
             clock_obj = PyErr_Occurred() ? NULL : PyLong_FromUnsignedLongLong(clock);
         }
         if (clock_obj == NULL || PyErr_Occurred()
