@@ -1,7 +1,8 @@
 """The ``exactly`` command line.
 
 Every subcommand works on a journal store directory: ``--root``, or the
-``EXACTLY_ROOT`` environment variable, or ``./exactly-store``. User mistakes
+``EXACTLY_ROOT`` environment variable, or ``./exactly-store``; or on the
+journals of a Gazette cluster: ``--broker URL``, or ``BROKER_ADDRESS``. User mistakes
 print one line, ``exactly: error: ...``, and exit with status 1 (status 2,
 still one line, for a malformed command line).
 """
@@ -46,7 +47,31 @@ def _root(args: argparse.Namespace) -> Path:
     return Path(getattr(args, "root", None) or os.environ.get("EXACTLY_ROOT") or "exactly-store")
 
 
+def _broker(args: argparse.Namespace) -> str | None:
+    """The broker URL to use, or None for a local store directory: ``--broker``,
+    else ``BROKER_ADDRESS`` (as Gazette's tools) unless a store directory is
+    named (``--root`` or ``EXACTLY_ROOT``)."""
+    broker = getattr(args, "broker", None)
+    root = getattr(args, "root", None)
+    if broker and root:
+        raise UsageError("give --root (a local store) or --broker (a Gazette cluster), not both")
+    if broker or root:
+        return broker or None
+    if os.environ.get("EXACTLY_ROOT"):
+        return None
+    return os.environ.get("BROKER_ADDRESS") or None
+
+
 def _store(args: argparse.Namespace, *, must_exist: bool = True) -> Any:
+    broker = _broker(args)
+    if broker is not None:
+        from journal import GazetteClient
+
+        try:
+            # A user waits: a cluster that does not answer is an error within seconds.
+            return GazetteClient(broker, retry_timeout=10.0)
+        except ValueError as exc:
+            raise UsageError(f"--broker: {exc}") from None
     from journal import LocalJournalStore
 
     root = _root(args)
@@ -171,10 +196,11 @@ def cmd_journals_create(args: argparse.Namespace) -> int:
         raise UsageError("give the content type with --content-type, not as a label")
     ct = _content_type(args.content_type)
     labels["content-type"] = [ct]
-    root = _root(args)
-    if root.exists() and not root.is_dir():
-        raise UsageError(f"the store {root} is not a directory")
-    root.mkdir(parents=True, exist_ok=True)
+    if _broker(args) is None:
+        root = _root(args)
+        if root.exists() and not root.is_dir():
+            raise UsageError(f"the store {root} is not a directory")
+        root.mkdir(parents=True, exist_ok=True)
     from journal import JournalNotFoundError
 
     with _store(args) as store:
@@ -371,16 +397,33 @@ class _Progress:
 _SHOWN: set[_Progress] = set()
 
 
-# Where `append --transaction` keeps its ACK intents until they are written.
+# Where `append --transaction` keeps its ACK intents until they are written:
+# a directory of the local store (`@` cannot begin a journal name, so it never
+# collides with a journal), or journals under a prefix of the cluster's.
 _INTENTS_DIR = "@intents"
+_INTENTS_PREFIX = ".exactly/intents/"
 
 
-def _recover_intents(root: Path, store: Any) -> None:
+def _intent_log(args: argparse.Namespace, store: Any, producer: bytes) -> Any:
+    from message import IntentLog, JournalIntentLog
+
+    if _broker(args) is not None:
+        return JournalIntentLog(store, f"{_INTENTS_PREFIX}{producer.hex()}")
+    return IntentLog(_root(args) / _INTENTS_DIR / f"{producer.hex()}.json")
+
+
+def _recover_intents(args: argparse.Namespace, store: Any) -> None:
     """Write the ACK intents that an ``append --transaction`` cut short (killed
     after making them durable, before writing them all) left behind."""
-    from message import IntentLog
+    from message import IntentLog, JournalIntentLog
 
-    # `@` cannot begin a journal name, so @intents/ never collides with a journal.
+    if _broker(args) is not None:
+        n = JournalIntentLog.recover_all(store, _INTENTS_PREFIX)
+        if n:
+            print(f"finished an interrupted transaction: wrote {_count(n, 'ACK intent')}",
+                  file=sys.stderr)
+        return
+    root = _root(args)
     logs = [p for p in sorted((root / _INTENTS_DIR).glob("*.json"))
             if re.fullmatch(r"[0-9a-f]{12}\.json", p.name) and p.is_file()]
     for path in logs:
@@ -444,7 +487,7 @@ def cmd_append(args: argparse.Namespace) -> int:
     from concurrent.futures import Future
 
     from journal import AppendTooLargeError
-    from message import IntentLog, Publisher, Transaction
+    from message import Publisher, Transaction
 
     src: IO[bytes] = open(args.file, "rb") if args.file else sys.stdin.buffer  # noqa: SIM115
     progress = _Progress(f"appending to {args.name}")
@@ -452,7 +495,7 @@ def cmd_append(args: argparse.Namespace) -> int:
     try:
         with _Interrupt() as interrupt, _store(args) as store:
             spec = store.get(args.name)
-            _recover_intents(_root(args), store)
+            _recover_intents(args, store)
 
             def mapping(_msg: Any) -> tuple[str, str]:
                 return spec.name, spec.content_type or ""
@@ -478,7 +521,7 @@ def cmd_append(args: argparse.Namespace) -> int:
 
             try:
                 if args.transaction:
-                    log = IntentLog(_root(args) / _INTENTS_DIR / f"{pub.producer_id.hex()}.json")
+                    log = _intent_log(args, store, pub.producer_id)
                     with Transaction(pub, log) as txn:
                         publish_all(txn.publish)
                 else:
@@ -696,6 +739,10 @@ def _store_options() -> _Parser:
     p = _Parser(add_help=False)
     p.add_argument("--root", default=argparse.SUPPRESS,
                    help="journal store directory (default: $EXACTLY_ROOT or ./exactly-store)")
+    p.add_argument("--broker", default=argparse.SUPPRESS, metavar="URL",
+                   help="a Gazette broker of the cluster holding the journals, e.g."
+                        " http://127.0.0.1:8080 (default: $BROKER_ADDRESS, unless a store"
+                        " directory is named)")
     return p
 
 
