@@ -1,4 +1,6 @@
-"""Local Gazette clusters: pinned binaries, and etcd plus brokers on 127.0.0.1.
+"""Local clusters on 127.0.0.1: Gazette (pinned binaries, etcd plus brokers)
+and Spark standalone (``SparkCluster``: a master and workers from the
+installed ``pyspark``), for the tests, the cluster demo and the benchmarks.
 
 A Gazette cluster is one etcd server and N ``gazette`` brokers. This module
 builds pinned versions of both (and of ``gazctl``) with the Go toolchain,
@@ -79,8 +81,10 @@ from exactly._procs import (
     spawn,
     wait_dead,
 )
+from exactly._sparkcluster import SparkCluster  # re-exported: see __all__
 
 __all__ = [
+    "SparkCluster",
     "GAZETTE_VERSION",
     "ETCD_VERSION",
     "DEFAULT_ETCD_LEASE",

@@ -119,6 +119,20 @@ def gazette_cluster(gazette_binaries: Binaries,
     _gazette_unavailable(reason)
 
 
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Spark standalone cluster for the whole run: a master and two
+    workers (one core each) on 127.0.0.1, started from the installed pyspark;
+    stopped, executors included, by PID at the end."""
+    pytest.importorskip("pyspark")
+    from exactly.localcluster import SparkCluster
+
+    cluster = SparkCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2)
+    cluster.start()
+    yield cluster
+    cluster.stop(grace=2.0)
+
+
 @pytest.fixture
 def gazette_prefix(gazette_cluster: GazetteCluster, request: pytest.FixtureRequest) -> str:
     """A journal-name prefix of this test alone (``t/<test>-<random>/``), so
