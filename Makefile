@@ -5,7 +5,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test lint bench soak clean
+.PHONY: demo demo-cluster test lint bench soak clean
 
 # `make soak MINUTES=30`: how long the fault loops run.
 MINUTES ?= 10
@@ -22,6 +22,9 @@ $(STAMP): pyproject.toml setup.py message/_speedups.c
 
 demo: $(STAMP)            ## run the demo pipeline on the embedded journal store
 	$(BIN)/exactly demo
+
+demo-cluster: $(STAMP)    ## the same demo on local Gazette and Spark clusters (needs Go)
+	$(BIN)/exactly demo --cluster
 
 test: $(STAMP)            ## run the whole test suite
 	$(BIN)/ruff check .

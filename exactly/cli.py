@@ -700,15 +700,26 @@ def cmd_fsck(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from exactly._quickdemo import run_quick_demo
 
+    store = args.store or ("demo-cluster" if args.cluster else "demo-store")
     if args.quick:
-        return run_quick_demo(Path(args.store), sys.stdout)
+        if args.cluster:
+            raise UsageError("--quick runs without Spark or clusters: not with --cluster")
+        return run_quick_demo(Path(store), sys.stdout)
     try:
         from pipeline.demo import run_demo  # type: ignore[import-not-found, unused-ignore]
     except ImportError as exc:  # the spark extra is not installed
+        if args.cluster:
+            raise UsageError(f"the cluster demo needs the Spark pipeline ({exc}): install the"
+                             " spark extra") from None
         print(f"the Spark pipeline is not available ({exc}); running the sequencing demo. "
               "Install the spark extra for the whole pipeline.", file=sys.stderr)
-        return run_quick_demo(Path(args.store), sys.stdout)
-    return int(run_demo(Path(args.store)) or 0)
+        return run_quick_demo(Path(store), sys.stdout)
+    from exactly._clusterbuild import ClusterError
+
+    try:
+        return int(run_demo(Path(store), cluster=args.cluster) or 0)
+    except ClusterError as exc:
+        raise UsageError(str(exc).splitlines()[0]) from None
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -808,8 +819,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     _fsck.add_parser(sub, common).set_defaults(func=cmd_fsck)
 
-    d = sub.add_parser("demo", help="run the demo pipeline end to end on a local store")
-    d.add_argument("--store", default="demo-store", help="store directory (default ./demo-store)")
+    d = sub.add_parser("demo", help="run the demo pipeline end to end on a local store"
+                                    " (or, with --cluster, on local Gazette and Spark clusters)")
+    d.add_argument("--store", default=None,
+                   help="directory of the demo's store, or of its clusters with --cluster"
+                        " (default ./demo-store, or ./demo-cluster)")
+    d.add_argument("--cluster", action="store_true",
+                   help="start a Gazette cluster (etcd, 3 brokers) and a Spark standalone"
+                        " cluster (a master, 2 workers) on 127.0.0.1, run the demo on them,"
+                        " and stop them")
     d.add_argument("--quick", action="store_true",
                    help="only the sequencing demo: no Spark, a few seconds")
     d.set_defaults(func=cmd_demo)

@@ -1,15 +1,20 @@
-"""The end-to-end demo behind ``exactly demo``.
+"""The end-to-end demo behind ``exactly demo`` (and ``exactly demo --cluster``).
 
-1. Creates a journal store (``./demo-store`` by default) with four
-   ``clicks/part-*`` journals.
+1. Creates four ``clicks/part-*`` journals: in a journal store
+   (``./demo-store`` by default), or, with ``cluster=True``, on a local
+   Gazette cluster (etcd and three brokers) that the demo starts beside a
+   Spark standalone cluster (a master and two workers), under
+   ``./demo-cluster``.
 2. Runs producer *processes* at once: two publishing committed clicks, one
    publishing transactions (a third of them aborted), and one killed with
    SIGKILL in the middle of a transaction. Then re-appends a few hundred
    frames, as an at-least-once client retrying appends would.
 3. Runs the Spark job: read committed, views per page and per session,
-   latest state per session (a logout deletes it), written as Parquet.
+   latest state per session (a logout deletes it), written as Parquet. On the
+   clusters, its executors are processes of the Spark workers, reading the
+   journals through the brokers and the fragment store.
 4. Prints what each producer says it committed against what Spark computed,
-   and what a naive read would have said.
+   and what a naive read would have said. The clusters are stopped.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any, Final, TextIO
 
 import orjson
 
-from journal import LocalJournalStore
+from ._stores import StoreOptions
 
 _MARKER = "@demo"  # marks a directory this demo created, so a re-run may replace it
 _PARTS = 4
@@ -100,25 +105,29 @@ def _prepare(root: Path) -> None:
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
     (root / _MARKER).write_text("created by `exactly demo`; safe to delete\n")
-    with LocalJournalStore(root / "journals") as store:
+
+
+def _create_journals(where: StoreOptions) -> None:
+    with where.open(create=True) as store:
         for i in range(_PARTS):
             store.create(
                 f"clicks/part-{i}", {"content-type": "application/x-ndjson", "app": "clicks"}
             )
 
 
-def _producer(journals: Path, role: str, seed: int) -> subprocess.Popen[str]:
+def _producer(where: StoreOptions, role: str, seed: int) -> subprocess.Popen[str]:
+    target = where.broker or str(where.root)
     return subprocess.Popen(
-        [sys.executable, "-m", "pipeline._demo_producer", str(journals), role, str(seed)],
+        [sys.executable, "-m", "pipeline._demo_producer", target, role, str(seed)],
         stdout=subprocess.PIPE, text=True,
     )
 
 
-def _duplicate_frames(journals: Path, rng: random.Random, count: int) -> int:
+def _duplicate_frames(where: StoreOptions, rng: random.Random, count: int) -> int:
     """Append ``count`` copies of existing frames (whole transactions' runs
     included): what a client retrying appends it was unsure of would do."""
     n = 0
-    with LocalJournalStore(journals) as store:
+    with where.open() as store:
         for spec in store.list("app=clicks"):
             with store.read(spec.name, 0, store.head(spec.name)) as r:
                 data = r.read(1 << 30) if store.head(spec.name) else b""
@@ -140,26 +149,60 @@ def _duplicate_frames(journals: Path, rng: random.Random, count: int) -> int:
 def run_demo(
     store: Path | None = None,
     *,
+    cluster: bool = False,
     out: TextIO = sys.stdout,
     progress_every: float = PROGRESS_SECONDS,
 ) -> int:
-    """Run the demo in ``store`` (default ``./demo-store``); returns an exit status
-    (0 when every computed figure matches what the producers committed).
-    While Spark starts and works, a line says what it is doing every
-    ``progress_every`` seconds."""
+    """Run the demo in ``store`` (default ``./demo-store``, or ``./demo-cluster``
+    with ``cluster``); returns an exit status (0 when every computed figure
+    matches what the producers committed). With ``cluster``, a Gazette
+    cluster and a Spark standalone cluster are started there first, and
+    stopped at the end whatever happens. While anything slow runs, a line
+    says what it is doing every ``progress_every`` seconds."""
     t0 = time.monotonic()
     # Absolute: Spark's JVM and workers resolve relative paths on their own.
-    root = (Path(store) if store is not None else Path("demo-store")).resolve()
-    journals = root / "journals"
+    default = "demo-cluster" if cluster else "demo-store"
+    root = (Path(store) if store is not None else Path(default)).resolve()
     _prepare(root)
-    _say(out, t0, f"journal store: {root.resolve()}")
+    if not cluster:
+        _say(out, t0, f"journal store: {root / 'journals'}")
+        where = StoreOptions(root=str(root / "journals"))
+        return _story(where, root, out, t0, progress_every, master=None)
+
+    from exactly.localcluster import GazetteCluster, SparkCluster
+
+    gazette = GazetteCluster(root / "gazette", brokers=3, log_level="warn")
+    spark_cluster = SparkCluster(root / "spark", workers=2)
+    try:
+        with _Progress(out, t0, "starting a Gazette cluster (the first time, Go builds"
+                       " Gazette and etcd: a few minutes)", every=progress_every):
+            gazette.start(timeout=120, progress=lambda line: _say(out, t0, line))
+        _say(out, t0, f"Gazette cluster up: etcd and 3 brokers (BROKER_ADDRESS="
+             f"{gazette.address}; logs in {gazette.log_dir})")
+        with _Progress(out, t0, "starting a Spark standalone cluster", every=progress_every):
+            spark_cluster.start()
+        _say(out, t0, f"Spark standalone cluster up: a master and 2 workers at"
+             f" {spark_cluster.master_url}")
+        where = StoreOptions(broker=gazette.address, file_root=str(gazette.fragment_root))
+        return _story(where, root, out, t0, progress_every, master=spark_cluster.master_url)
+    finally:
+        _say(out, t0, "stopping the clusters")
+        spark_cluster.stop(grace=2.0)
+        gazette.stop(grace=0.5)
+        _say(out, t0, "clusters stopped")
+
+
+def _story(where: StoreOptions, root: Path, out: TextIO, t0: float, progress_every: float,
+           master: str | None) -> int:
+    """Producers, a SIGKILL, duplicates, then the Spark job and its check."""
+    _create_journals(where)
 
     # -- producers ---------------------------------------------------------
-    killed = _producer(journals, "killed", 99)
+    killed = _producer(where, "killed", 99)
     procs = {
-        "committed #1": _producer(journals, "committed", 1),
-        "committed #2": _producer(journals, "committed", 2),
-        "transactions": _producer(journals, "transactions", 3),
+        "committed #1": _producer(where, "committed", 1),
+        "committed #2": _producer(where, "committed", 2),
+        "transactions": _producer(where, "transactions", 3),
     }
     _say(out, t0, f"started {len(procs) + 1} producer processes (pids "
          f"{', '.join(str(p.pid) for p in [*procs.values(), killed])})")
@@ -174,13 +217,13 @@ def run_demo(
     reports: dict[str, Any] = {}
     with _Progress(out, t0, "producers publishing", every=progress_every):
         for name, proc in procs.items():
-            stdout, _ = proc.communicate(timeout=120)
+            stdout, _ = proc.communicate(timeout=300)
             if proc.returncode != 0:
                 raise RuntimeError(f"producer {name} failed with status {proc.returncode}")
             reports[name] = orjson.loads(stdout.strip().splitlines()[-1])
             _say(out, t0, f"producer {name} done: {sum(reports[name]['pages'].values())} "
                  "clicks committed")
-    dups = _duplicate_frames(journals, random.Random(5), 200)
+    dups = _duplicate_frames(where, random.Random(5), 200)
     _say(out, t0, f"re-appended {dups} runs of existing frames (at-least-once retries)")
 
     expected_pages: Counter[str] = Counter()
@@ -193,21 +236,36 @@ def run_demo(
     live = {s: p for s, p in final.items() if p is not None}
 
     # -- the Spark job -----------------------------------------------------
-    _say(out, t0, "starting Spark (local, 2 cores; its JVM takes a while to start)")
+    import pipeline
+
+    if master is None:
+        _say(out, t0, "starting Spark (local, 2 cores; its JVM takes a while to start)")
+    else:
+        _say(out, t0, "starting the Spark application (its executors are the workers'"
+             " JVMs; they take a while to start)")
     with _Progress(out, t0, "starting Spark", every=progress_every):
         from pyspark.sql import functions as F  # noqa: N812 -- the usual alias
 
-        import pipeline
-
-        spark = pipeline.local_session("local[2]", app="exactly-demo")
+        spark = (
+            pipeline.local_session("local[2]", app="exactly-demo") if master is None
+            else pipeline.cluster_session(
+                master, app="exactly-demo", driver_host="127.0.0.1",
+                conf={"spark.executor.memory": "512m", "spark.cores.max": "2"})
+        )
     _say(out, t0, "Spark is up; reading committed clicks")
-    with _Progress(out, t0, "Spark working", spark=spark, every=progress_every):
-        return _spark_job(spark, F, root, out, t0, expected_pages, expected_sessions, live)
+    try:
+        with _Progress(out, t0, "Spark working", spark=spark, every=progress_every):
+            return _spark_job(spark, F, where, root, out, t0, expected_pages,
+                              expected_sessions, live)
+    finally:
+        if master is not None:
+            spark.stop()
 
 
 def _spark_job(
     spark: Any,
     F: Any,  # noqa: N803 -- pyspark.sql.functions, as usually named
+    where: StoreOptions,
     root: Path,
     out: TextIO,
     t0: float,
@@ -218,9 +276,9 @@ def _spark_job(
     """The Spark job, then the verification of what it computed."""
     import pipeline
 
-    journals = root / "journals"
-    opts = {"root": str(journals), "selector": "app=clicks",
-            "schema": "session string, page string, ms long"}
+    store = ({"root": where.root} if where.root is not None
+             else {"broker": where.broker, "file_root": where.file_root or ""})
+    opts = {**store, "selector": "app=clicks", "schema": "session string, page string, ms long"}
     committed = spark.read.format("journal").options(**opts).load()  # no ACK rows
     committed = committed.cache()
     views = committed.where(F.col("page").isNotNull())
@@ -271,10 +329,15 @@ def _spark_job(
         f"  read-uncommitted + dropDuplicates    {naive_dedup:>8}"
         f"   (+{naive_dedup - total}: aborted and killed transactions remain)\n\n"
     )
-    _say(out, t0, "demo " + ("passed" if ok else "FAILED") + f"; store left in {root}"
-         f" (its journals: exactly --root {root / 'journals'} journals list)")
+    if where.root is not None:
+        _say(out, t0, "demo " + ("passed" if ok else "FAILED") + f"; store left in {root}"
+             f" (its journals: exactly --root {where.root} journals list)")
+    else:
+        _say(out, t0, "demo " + ("passed" if ok else "FAILED") + f"; Parquet output in"
+             f" {root / 'parquet'}")
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_demo(Path(sys.argv[1]) if len(sys.argv) > 1 else None))
+    raise SystemExit(run_demo(Path(sys.argv[1]) if len(sys.argv) > 1 else None,
+                              cluster="--cluster" in sys.argv[2:]))
