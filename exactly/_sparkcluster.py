@@ -44,6 +44,11 @@ _WORKER: Final = "org.apache.spark.deploy.worker.Worker"
 _EXECUTOR: Final = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
 
 
+def worker_host(i: int) -> str:
+    """The loopback address worker ``i`` listens on."""
+    return f"127.0.0.{2 + i}"
+
+
 def spark_home() -> Path:
     """The Spark installation of the ``pyspark`` package."""
     try:
@@ -163,12 +168,16 @@ class SparkCluster:
                 for i, w in enumerate(self._workers):
                     work = self.workdir / "work" / w.name
                     work.mkdir(parents=True, exist_ok=True)
+                    # Each worker on a loopback address of its own (127.0.0.2,
+                    # ...): to Spark, distinct hosts, as on a real cluster (it
+                    # runs a task's speculative copy only on another host).
+                    host = worker_host(i)
                     self._spawn(w, [
                         str(home / "bin" / "spark-class"), _WORKER, self.master_url,
-                        "--host", "127.0.0.1", "--port", str(w.port),
+                        "--host", host, "--port", str(w.port),
                         "--webui-port", str(ports[3 + 2 * i]), "--cores", str(self.cores),
                         "--memory", self.memory, "--work-dir", str(work),
-                    ], env)
+                    ], {**env, "SPARK_LOCAL_IP": host})
                 self._write_state()
                 self._wait(lambda: self._alive_workers() >= self.workers, deadline,
                            self._workers[-1], "register with the master")

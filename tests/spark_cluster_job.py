@@ -19,11 +19,14 @@ from typing import Any
 def main(master: str, broker: str, scenario: str, prefix: str, file_root: str = "") -> None:
     import pipeline
 
+    conf = {"spark.executor.memory": "512m", "spark.task.maxFailures": "4",
+            "spark.cores.max": "2", "spark.sql.execution.arrow.maxRecordsPerBatch": "50"}
+    if scenario == "speculation":
+        conf.update({"spark.speculation": "true", "spark.speculation.interval": "100ms",
+                     "spark.speculation.multiplier": "1.5", "spark.speculation.quantile": "0.5",
+                     "spark.speculation.minTaskRuntime": "500ms"})
     spark = pipeline.cluster_session(
-        master, app=f"exactly-test-{scenario}", driver_host="127.0.0.1",
-        conf={"spark.executor.memory": "512m", "spark.task.maxFailures": "4",
-              "spark.cores.max": "2", "spark.sql.execution.arrow.maxRecordsPerBatch": "50"},
-    )
+        master, app=f"exactly-test-{scenario}", driver_host="127.0.0.1", conf=conf)
     try:
         out = SCENARIOS[scenario](spark, broker, prefix, file_root)
     finally:
@@ -114,6 +117,29 @@ def slow_write(spark: Any, broker: str, prefix: str, file_root: str) -> dict[str
     return {"written": True}
 
 
+def speculation(spark: Any, broker: str, prefix: str, file_root: str) -> dict[str, Any]:
+    """Speculation on: the first attempt of one task stalls half-way, after
+    Spark handed its writer some of its rows, so Spark runs a copy of it on
+    the other worker, keeps the copy and kills the straggler."""
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2000")
+
+    def straggler(batches: Any) -> Any:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        slow = ctx.partitionId() == 0 and ctx.attemptNumber() == 0
+        if not slow and ctx.attemptNumber() == 0:
+            time.sleep(4.0)  # time for the slow one to publish its first rows
+        for i, batch in enumerate(batches):
+            yield batch
+            if slow and i == 10:
+                time.sleep(30.0)
+
+    df = spark.range(0, 160_000, numPartitions=4).withColumnRenamed("id", "n")
+    _write(df.mapInArrow(straggler, "n long"), broker, f"{prefix}out")
+    return {"written": True}
+
+
 def stream(spark: Any, broker: str, prefix: str, file_root: str) -> dict[str, Any]:
     """A streaming query from one journal to another, run to the end of what
     is there, with a read limit."""
@@ -137,6 +163,7 @@ SCENARIOS = {
     "first_attempts_fail": first_attempts_fail,
     "job_fails": job_fails,
     "slow_write": slow_write,
+    "speculation": speculation,
     "stream": stream,
 }
 

@@ -18,7 +18,15 @@ from typing import Any
 import pytest
 
 from journal import GazetteClient
-from message import Flags, JsonDocument, Publisher, ReadCommittedIter, get_flags
+from message import (
+    Flags,
+    JsonDocument,
+    Publisher,
+    ReadCommittedIter,
+    ReadUncommittedIter,
+    get_flags,
+    get_producer_id,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -106,6 +114,18 @@ def test_an_executor_sigkilled_mid_write(spark_cluster: Any, gazette_cluster: An
     assert killed, "no executor was killed while the job wrote"
     with GazetteClient(gazette_cluster.address) as c:
         assert committed(c, journal) == (list(range(3000)), False)
+
+
+def test_speculative_copies_of_a_slow_task(spark_cluster: Any, gazette_cluster: Any,
+                                           gazette_prefix: str) -> None:
+    """With speculation, a slow task's copy runs beside it and one of the two
+    is killed: its rows are committed once, the loser's rolled back."""
+    finish(driver(spark_cluster, gazette_cluster, "speculation", gazette_prefix))
+    with GazetteClient(gazette_cluster.address) as c:
+        assert committed(c, f"{gazette_prefix}out") == (list(range(160_000)), False)
+        producers = {get_producer_id(e.message.get_uuid()) for e in ReadUncommittedIter(
+            c, f"{gazette_prefix}out", lambda _s: JsonDocument())}
+    assert len(producers) > 4  # more attempts published than the 4 tasks: a copy ran
 
 
 def test_a_stream_on_the_cluster(spark_cluster: Any, gazette_cluster: Any,
