@@ -714,10 +714,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"the Spark pipeline is not available ({exc}); running the sequencing demo. "
               "Install the spark extra for the whole pipeline.", file=sys.stderr)
         return run_quick_demo(Path(store), sys.stdout)
+    if not args.cluster:
+        return int(run_demo(Path(store)) or 0)
     from exactly._clusterbuild import ClusterError
+    from exactly._demo_cmd import run_cluster_demo
 
     try:
-        return int(run_demo(Path(store), cluster=args.cluster) or 0)
+        return run_cluster_demo(Path(store))
     except ClusterError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None
 

@@ -1,10 +1,9 @@
 """The end-to-end demo behind ``exactly demo`` (and ``exactly demo --cluster``).
 
 1. Creates four ``clicks/part-*`` journals: in a journal store
-   (``./demo-store`` by default), or, with ``cluster=True``, on a local
-   Gazette cluster (etcd and three brokers) that the demo starts beside a
-   Spark standalone cluster (a master and two workers), under
-   ``./demo-cluster``.
+   (``./demo-store`` by default), or on a Gazette cluster (``where``; the
+   command line's ``--cluster`` starts a local one, and a Spark standalone
+   cluster for the job, and stops them afterwards).
 2. Runs producer *processes* at once: two publishing committed clicks, one
    publishing transactions (a third of them aborted), and one killed with
    SIGKILL in the middle of a transaction. Then re-appends a few hundred
@@ -14,7 +13,7 @@
    clusters, its executors are processes of the Spark workers, reading the
    journals through the brokers and the fragment store.
 4. Prints what each producer says it committed against what Spark computed,
-   and what a naive read would have said. The clusters are stopped.
+   and what a naive read would have said.
 """
 
 from __future__ import annotations
@@ -44,13 +43,14 @@ PROGRESS_SECONDS: Final = 5.0
 _SAY = threading.Lock()
 
 
-def _say(out: TextIO, t0: float, text: str) -> None:
+def say(out: TextIO, t0: float, text: str) -> None:
+    """One line of the demo's story, with the seconds since ``t0``."""
     with _SAY:  # lines come from the progress thread too
         out.write(f"[{time.monotonic() - t0:5.1f}s] {text}\n")
         out.flush()
 
 
-class _Progress:
+class Progress:
     """Says every ``every`` seconds, while its block runs, what is going on: the
     progress of Spark's active stages (from its status tracker) when there
     are any, else that ``what`` is still going on. Never a silent minute."""
@@ -62,7 +62,7 @@ class _Progress:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="demo-progress", daemon=True)
 
-    def __enter__(self) -> _Progress:
+    def __enter__(self) -> Progress:
         self.started = time.monotonic()
         self._thread.start()
         return self
@@ -75,7 +75,7 @@ class _Progress:
         while not self._stop.wait(self.every):
             stages = self._stages()
             waited = time.monotonic() - self.started
-            _say(self.out, self.t0, stages or f"... {self.what} ({waited:.0f}s so far)")
+            say(self.out, self.t0, stages or f"... {self.what} ({waited:.0f}s so far)")
 
     def _stages(self) -> str:
         if self.spark is None:
@@ -97,7 +97,8 @@ class _Progress:
         return ("Spark: " + "; ".join(parts)) if parts else ""
 
 
-def _prepare(root: Path) -> None:
+def prepare(root: Path) -> None:
+    """Make ``root`` the demo's directory (replacing a demo's earlier one)."""
     if root.exists() and any(root.iterdir()):
         # Either demo's store (`--quick` marks its own with @quick-demo) may go.
         if not ((root / _MARKER).exists() or (root / "@quick-demo").exists()):
@@ -149,47 +150,28 @@ def _duplicate_frames(where: StoreOptions, rng: random.Random, count: int) -> in
 def run_demo(
     store: Path | None = None,
     *,
-    cluster: bool = False,
+    where: StoreOptions | None = None,
+    master: str | None = None,
     out: TextIO = sys.stdout,
     progress_every: float = PROGRESS_SECONDS,
+    prepared: bool = False,
 ) -> int:
-    """Run the demo in ``store`` (default ``./demo-store``, or ``./demo-cluster``
-    with ``cluster``); returns an exit status (0 when every computed figure
-    matches what the producers committed). With ``cluster``, a Gazette
-    cluster and a Spark standalone cluster are started there first, and
-    stopped at the end whatever happens. While anything slow runs, a line
-    says what it is doing every ``progress_every`` seconds."""
+    """Run the demo in ``store`` (default ``./demo-store``); returns an exit
+    status (0 when every computed figure matches what the producers
+    committed). The journals live in a store under ``store``, or where
+    ``where`` says (a Gazette cluster); Spark runs locally, or on the
+    cluster at ``master``. While anything slow runs, a line says what it is
+    doing every ``progress_every`` seconds. ``prepared``: ``store`` was made
+    ready by the caller (``prepare``)."""
     t0 = time.monotonic()
     # Absolute: Spark's JVM and workers resolve relative paths on their own.
-    default = "demo-cluster" if cluster else "demo-store"
-    root = (Path(store) if store is not None else Path(default)).resolve()
-    _prepare(root)
-    if not cluster:
-        _say(out, t0, f"journal store: {root / 'journals'}")
+    root = (Path(store) if store is not None else Path("demo-store")).resolve()
+    if not prepared:
+        prepare(root)
+    if where is None:
         where = StoreOptions(root=str(root / "journals"))
-        return _story(where, root, out, t0, progress_every, master=None)
-
-    from exactly.localcluster import GazetteCluster, SparkCluster
-
-    gazette = GazetteCluster(root / "gazette", brokers=3, log_level="warn")
-    spark_cluster = SparkCluster(root / "spark", workers=2)
-    try:
-        with _Progress(out, t0, "starting a Gazette cluster (the first time, Go builds"
-                       " Gazette and etcd: a few minutes)", every=progress_every):
-            gazette.start(timeout=120, progress=lambda line: _say(out, t0, line))
-        _say(out, t0, f"Gazette cluster up: etcd and 3 brokers (BROKER_ADDRESS="
-             f"{gazette.address}; logs in {gazette.log_dir})")
-        with _Progress(out, t0, "starting a Spark standalone cluster", every=progress_every):
-            spark_cluster.start()
-        _say(out, t0, f"Spark standalone cluster up: a master and 2 workers at"
-             f" {spark_cluster.master_url}")
-        where = StoreOptions(broker=gazette.address, file_root=str(gazette.fragment_root))
-        return _story(where, root, out, t0, progress_every, master=spark_cluster.master_url)
-    finally:
-        _say(out, t0, "stopping the clusters")
-        spark_cluster.stop(grace=2.0)
-        gazette.stop(grace=0.5)
-        _say(out, t0, "clusters stopped")
+        say(out, t0, f"journal store: {where.root}")
+    return _story(where, root, out, t0, progress_every, master=master)
 
 
 def _story(where: StoreOptions, root: Path, out: TextIO, t0: float, progress_every: float,
@@ -204,7 +186,7 @@ def _story(where: StoreOptions, root: Path, out: TextIO, t0: float, progress_eve
         "committed #2": _producer(where, "committed", 2),
         "transactions": _producer(where, "transactions", 3),
     }
-    _say(out, t0, f"started {len(procs) + 1} producer processes (pids "
+    say(out, t0, f"started {len(procs) + 1} producer processes (pids "
          f"{', '.join(str(p.pid) for p in [*procs.values(), killed])})")
     assert killed.stdout is not None
     if killed.stdout.readline().strip() != "ready":
@@ -212,19 +194,19 @@ def _story(where: StoreOptions, root: Path, out: TextIO, t0: float, progress_eve
     os.kill(killed.pid, signal.SIGKILL)
     killed.wait()
     killed.stdout.close()
-    _say(out, t0, f"killed producer {killed.pid} with SIGKILL in the middle of a "
+    say(out, t0, f"killed producer {killed.pid} with SIGKILL in the middle of a "
          "500-click transaction")
     reports: dict[str, Any] = {}
-    with _Progress(out, t0, "producers publishing", every=progress_every):
+    with Progress(out, t0, "producers publishing", every=progress_every):
         for name, proc in procs.items():
             stdout, _ = proc.communicate(timeout=300)
             if proc.returncode != 0:
                 raise RuntimeError(f"producer {name} failed with status {proc.returncode}")
             reports[name] = orjson.loads(stdout.strip().splitlines()[-1])
-            _say(out, t0, f"producer {name} done: {sum(reports[name]['pages'].values())} "
+            say(out, t0, f"producer {name} done: {sum(reports[name]['pages'].values())} "
                  "clicks committed")
     dups = _duplicate_frames(where, random.Random(5), 200)
-    _say(out, t0, f"re-appended {dups} runs of existing frames (at-least-once retries)")
+    say(out, t0, f"re-appended {dups} runs of existing frames (at-least-once retries)")
 
     expected_pages: Counter[str] = Counter()
     expected_sessions: Counter[str] = Counter()
@@ -239,11 +221,11 @@ def _story(where: StoreOptions, root: Path, out: TextIO, t0: float, progress_eve
     import pipeline
 
     if master is None:
-        _say(out, t0, "starting Spark (local, 2 cores; its JVM takes a while to start)")
+        say(out, t0, "starting Spark (local, 2 cores; its JVM takes a while to start)")
     else:
-        _say(out, t0, "starting the Spark application (its executors are the workers'"
+        say(out, t0, "starting the Spark application (its executors are the workers'"
              " JVMs; they take a while to start)")
-    with _Progress(out, t0, "starting Spark", every=progress_every):
+    with Progress(out, t0, "starting Spark", every=progress_every):
         from pyspark.sql import functions as F  # noqa: N812 -- the usual alias
 
         spark = (
@@ -252,9 +234,9 @@ def _story(where: StoreOptions, root: Path, out: TextIO, t0: float, progress_eve
                 master, app="exactly-demo", driver_host="127.0.0.1",
                 conf={"spark.executor.memory": "512m", "spark.cores.max": "2"})
         )
-    _say(out, t0, "Spark is up; reading committed clicks")
+    say(out, t0, "Spark is up; reading committed clicks")
     try:
-        with _Progress(out, t0, "Spark working", spark=spark, every=progress_every):
+        with Progress(out, t0, "Spark working", spark=spark, every=progress_every):
             return _spark_job(spark, F, where, root, out, t0, expected_pages,
                               expected_sessions, live)
     finally:
@@ -287,13 +269,13 @@ def _spark_job(
     out_dir = root / "parquet"
     per_page.write.mode("overwrite").parquet(str(out_dir / "views_per_page"))
     per_session.write.mode("overwrite").parquet(str(out_dir / "views_per_session"))
-    _say(out, t0, f"wrote views per page and per session to {out_dir}")
+    say(out, t0, f"wrote views per page and per session to {out_dir}")
     latest = pipeline.materialize_latest(
         committed.select("session", "page", "ms", "journal", "commit_offset", "begin",
                          "publish_time"),
         "session", str(out_dir / "latest_per_session"),
     )
-    _say(out, t0, f"wrote the latest state per session to {out_dir / 'latest_per_session'}")
+    say(out, t0, f"wrote the latest state per session to {out_dir / 'latest_per_session'}")
 
     got_pages = {r["page"]: r["count"] for r in per_page.collect()}
     got_sessions = {r["session"]: r["count"] for r in per_session.collect()}
@@ -330,14 +312,13 @@ def _spark_job(
         f"   (+{naive_dedup - total}: aborted and killed transactions remain)\n\n"
     )
     if where.root is not None:
-        _say(out, t0, "demo " + ("passed" if ok else "FAILED") + f"; store left in {root}"
+        say(out, t0, "demo " + ("passed" if ok else "FAILED") + f"; store left in {root}"
              f" (its journals: exactly --root {where.root} journals list)")
     else:
-        _say(out, t0, "demo " + ("passed" if ok else "FAILED") + f"; Parquet output in"
+        say(out, t0, "demo " + ("passed" if ok else "FAILED") + f"; Parquet output in"
              f" {root / 'parquet'}")
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    raise SystemExit(run_demo(Path(sys.argv[1]) if len(sys.argv) > 1 else None,
-                              cluster="--cluster" in sys.argv[2:]))
+    raise SystemExit(run_demo(Path(sys.argv[1]) if len(sys.argv) > 1 else None))

@@ -37,10 +37,10 @@ def test_progress_lines_say_what_is_going_on() -> None:
     """While a slow step runs, a line every few seconds says it is still going on."""
     import time
 
-    from pipeline.demo import _Progress
+    from pipeline.demo import Progress
 
     out = io.StringIO()
-    with _Progress(out, time.monotonic(), "starting Spark", every=0.05):
+    with Progress(out, time.monotonic(), "starting Spark", every=0.05):
         time.sleep(0.3)
     lines = out.getvalue().splitlines()
     assert len(lines) >= 3 and all("... starting Spark (" in line for line in lines)
