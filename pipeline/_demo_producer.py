@@ -31,9 +31,13 @@ from ._stores import StoreOptions
 PAGES = ["/", "/search", "/product/1", "/product/2", "/product/3", "/cart", "/checkout"]
 
 
+def _session(doc: Any) -> str:
+    return str(doc["session"])
+
+
 def _mapping(store: JournalStore) -> Any:
     parts = store.list("app=clicks")
-    return modulo_mapping(lambda d: d["session"], lambda: parts)
+    return modulo_mapping(_session, lambda: parts)
 
 
 def main(root: str, role: str, seed: int) -> None:

@@ -241,7 +241,7 @@ def _uuid_halves(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         lo[rows[good]] = (d[:, 16:] * weights).sum(axis=1, dtype=np.uint64)
         canonical[rows[~good]] = False
     for i in np.flatnonzero(valid & ~canonical):
-        _parse_one(strings[i].as_py(), hi, lo, i)
+        _parse_one(strings[i].as_py(), hi, lo, int(i))
     return hi, lo
 
 

@@ -74,7 +74,7 @@ from journal import JournalNotFoundError
 
 from ._content import META_DDL, META_FIELDS, META_NAMES, ContentSpec, proto_content_ddl
 from ._scan import READ_COMMITTED, READ_UNCOMMITTED, read_journal
-from ._stores import StoreOptions, select_journals
+from ._stores import StoreOptions, read_all, select_journals
 from ._stream import (
     Offset,
     empty_offset,
@@ -143,7 +143,7 @@ def _inferred_ddl(options: Mapping[str, str]) -> str:
                 if spec.content_type != CONTENT_TYPE_JSON_LINES:
                     continue
                 with store.read(spec.name, 0, min(store.head(spec.name), INFER_BYTES)) as r:
-                    data = b"".join(iter(lambda r=r: r.read(1 << 20), b""))
+                    data = read_all(r)
                 data = data[: data.rfind(b"\n") + 1]
                 if not data:
                     continue

@@ -94,10 +94,10 @@ def frame_boundary(client: JournalClient, journal: str, begin: int, end: int, bu
         tracker = _OffsetTracker(r)
         try:
             for first, stop, _ in read_frames(tracker, chunk_size=min(1 << 20, budget + 1)):
-                base = tracker.base_at(first)  # retention may have removed what was asked for
+                base = int(tracker.base_at(first))  # retention may have removed what was asked for
                 if cut is not None and base + stop > limit:
                     return cut
-                cut = base + stop
+                cut = base + int(stop)
         except TruncatedFrameError:
             pass  # a corrupt tail: the reader reports it
     return end if cut is None else cut

@@ -69,7 +69,7 @@ from message import (
 )
 
 from ._content import ContentSpec
-from ._stores import STATE_PREFIX, StoreOptions
+from ._stores import STATE_PREFIX, StoreOptions, read_all
 
 log = logging.getLogger("pipeline")
 
@@ -188,7 +188,7 @@ def _records(client: JournalClient, name: str) -> list[dict[str, Any]]:
     """The NDJSON records of state journal ``name`` (none if it does not exist)."""
     try:
         with client.read(name) as r:
-            data = b"".join(iter(lambda: r.read(1 << 20), b""))
+            data = read_all(r)
     except JournalNotFoundError:
         return []
     out = []
@@ -203,7 +203,7 @@ def _records(client: JournalClient, name: str) -> list[dict[str, Any]]:
     return out
 
 
-def _last_record(client: JournalClient, name: str) -> dict[str, Any] | None:
+def _last_record(client: JournalStore, name: str) -> dict[str, Any] | None:
     """The last record of state journal ``name``, reading only its tail."""
     try:
         head = client.head(name)
@@ -213,7 +213,7 @@ def _last_record(client: JournalClient, name: str) -> dict[str, Any] | None:
     while head:
         start = max(0, head - window)
         with client.read(name, start, head) as r:
-            data = b"".join(iter(lambda r=r: r.read(1 << 20), b""))
+            data = read_all(r)
         lines = data.rstrip(b"\n").split(b"\n")
         if start == 0 or len(lines) > 1:  # the last line is whole
             try:
