@@ -308,18 +308,18 @@ class JournalDataSource(DataSource):
         return f"{META_DDL}, {ddl}" if ddl else META_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return JournalReader(dict(self.options), schema)
+        return SparkBatchReader(dict(self.options), schema)
 
-    def writer(self, schema: StructType, overwrite: bool) -> JournalWriter:
-        return JournalWriter(dict(self.options), schema)
+    def writer(self, schema: StructType, overwrite: bool) -> SparkBatchWriter:
+        return SparkBatchWriter(dict(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 -- Spark's name
-        return JournalStreamReader(dict(self.options), schema)
+        return SparkStreamReader(dict(self.options), schema)
 
     def streamWriter(  # noqa: N802 -- Spark's name
         self, schema: StructType, overwrite: bool
-    ) -> JournalStreamWriter:
-        return JournalStreamWriter(dict(self.options), schema)
+    ) -> SparkStreamWriter:
+        return SparkStreamWriter(dict(self.options), schema)
 
 
 # -- batch read ---------------------------------------------------------------------
@@ -335,7 +335,9 @@ class _Split(InputPartition):
     buckets: int
 
 
-class JournalReader(DataSourceReader):
+class SparkBatchReader(DataSourceReader):
+    """``spark.read.format("journal")``: plans splits on the driver, reads them in tasks."""
+
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = options
         self.where = StoreOptions.of(options)
@@ -428,7 +430,9 @@ _CONTENT_TYPES: Final = {
 }
 
 
-class JournalWriter(DataSourceArrowWriter):
+class SparkBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("journal")``: tasks publish uncommitted, the driver commits."""
+
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         _create_target_journal(options)
         self.target = _target(options, schema)
@@ -467,7 +471,9 @@ class _Range(InputPartition):
     states: str  # JSON of {producer: "last_ack:begin"}
 
 
-class JournalStreamReader(DataSourceStreamReader):
+class SparkStreamReader(DataSourceStreamReader):
+    """``spark.readStream.format("journal")``: micro-batches of committed messages."""
+
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = options
         self.where = StoreOptions.of(options)
@@ -541,7 +547,9 @@ class JournalStreamReader(DataSourceStreamReader):
                 yield _conform(batch, self.arrow_schema, self.acks)
 
 
-class JournalStreamWriter(DataSourceStreamArrowWriter):
+class SparkStreamWriter(DataSourceStreamArrowWriter):
+    """``writeStream.format("journal")``: each micro-batch committed once."""
+
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         _create_target_journal(options)
         self.target = _target(options, schema)
