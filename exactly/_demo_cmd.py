@@ -1,4 +1,4 @@
-"""``exactly demo --cluster``: the demo's story on local clusters.
+"""``exactly demo``, and with ``--cluster``, the demo's story on local clusters.
 
 Starts a Gazette cluster (etcd and three brokers) and a Spark standalone
 cluster (a master and two workers) under the demo's directory, runs
@@ -8,11 +8,13 @@ whatever happens. Progress is shown while each starts.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
 from typing import TextIO
 
+from exactly._common import UsageError
 from exactly.localcluster import GazetteCluster, SparkCluster
 
 
@@ -45,3 +47,30 @@ def run_cluster_demo(store: Path, out: TextIO = sys.stdout,
         spark.stop(grace=2.0)
         gazette.stop(grace=0.5)
         say(out, t0, "clusters stopped")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from exactly._quickdemo import run_quick_demo
+
+    store = args.store or ("demo-cluster" if args.cluster else "demo-store")
+    if args.quick:
+        if args.cluster:
+            raise UsageError("--quick runs without Spark or clusters: not with --cluster")
+        return run_quick_demo(Path(store), sys.stdout)
+    try:
+        from pipeline.demo import run_demo  # type: ignore[import-not-found, unused-ignore]
+    except ImportError as exc:  # the spark extra is not installed
+        if args.cluster:
+            raise UsageError(f"the cluster demo needs the Spark pipeline ({exc}): install the"
+                             " spark extra") from None
+        print(f"the Spark pipeline is not available ({exc}); running the sequencing demo. "
+              "Install the spark extra for the whole pipeline.", file=sys.stderr)
+        return run_quick_demo(Path(store), sys.stdout)
+    if not args.cluster:
+        return int(run_demo(Path(store)) or 0)
+    from exactly._clusterbuild import ClusterError
+
+    try:
+        return run_cluster_demo(Path(store))
+    except ClusterError as exc:
+        raise UsageError(str(exc).splitlines()[0]) from None
