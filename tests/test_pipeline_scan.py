@@ -49,7 +49,7 @@ from pipeline._write import (
     sink_job,
     start_job,
 )
-from proto import examples_pb2
+from tests import examples_pb2
 from tests.strategies import Workload, chaos_workloads, producer, publisher_workloads
 
 NDJSON = {"content-type": "application/x-ndjson"}
@@ -189,7 +189,7 @@ def test_csv_and_fixed_protobuf_journals() -> None:
     assert [(r["page"], r["n"]) for r in rows] == [("/p0", 0), ("/p1", 1), ("/p2", 2)]
     pspec = ContentSpec(
         (("page", pa.string()), ("duration_ms", pa.int64())),
-        proto_class="proto.examples_pb2.PageView",
+        proto_class="tests.examples_pb2.PageView",
     )
     rows = [r for b in read_journal(client, "pb", pspec, buckets=2) for r in b.to_pylist()]
     rows += [r for b in read_journal(client, "pb", pspec, bucket=1, buckets=2)
