@@ -5,7 +5,7 @@ VENV    ?= .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 
-.PHONY: demo test lint bench soak clean
+.PHONY: demo demo-cluster test lint bench soak clean
 
 # `make soak MINUTES=30`: how long the fault loops run.
 MINUTES ?= 10
@@ -24,10 +24,13 @@ $(STAMP): pyproject.toml setup.py message/_native.c $(wildcard message/_native_s
 demo: $(STAMP)            ## run the demo pipeline on the embedded journal store
 	$(BIN)/exactly demo
 
+demo-cluster: $(STAMP)    ## the same demo on local Gazette and Spark clusters (needs Go)
+	$(BIN)/exactly demo --cluster
+
 # The tests that touch message, framing and journal, run a second time on
 # the Python implementation (EXACTLY_PURE_PYTHON=1): Spark's and the Gazette
 # cluster's own tests run once.
-PURE_TESTS ?= -m "not spark and not slow" --ignore=tests/test_localcluster.py
+PURE_TESTS ?= -m "not spark and not slow and not gazette" --ignore=tests/test_localcluster.py
 
 test: $(STAMP)            ## run the whole test suite, on the native core then on the Python implementation
 	$(BIN)/ruff check .

@@ -14,5 +14,6 @@ BENCHMARKS: tuple[str, ...] = (
     "bench_journal",
     "bench_broker",
     "bench_spark",
+    "bench_spark_broker",
     # Module names under ``benchmarks``, run in this order.
 )

@@ -9,6 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TextIO, cast
 
+from exactly._common import counted
 from journal import LocalJournalStore
 from message import (
     Flags,
@@ -65,15 +66,15 @@ def run_quick_demo(store: Path, out: TextIO) -> int:
         raw = list(ReadUncommittedIter(client, JOURNAL, new))
         kinds = Counter(Flags(get_flags(e.message.get_uuid())).name for e in raw)
         shown = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
-        print(f"read uncommitted: {_count(len(raw), 'frame')} ({shown})", file=out)
+        print(f"read uncommitted: {counted(len(raw), 'frame')} ({shown})", file=out)
         it = ReadCommittedIter(client, JOURNAL, new, Sequencer(buffer=2))
         got = [
             cast(JsonDocument, e.message)["order"]
             for e in it
             if get_flags(e.message.get_uuid()) != Flags.ACK_TXN
         ]
-        print(f"read committed:   {_count(len(got), 'message')}, with"
-              f" {_count(it.replays, 'replay')} from a 2-envelope ring: {', '.join(got)}",
+        print(f"read committed:   {counted(len(got), 'message')}, with"
+              f" {counted(it.replays, 'replay')} from a 2-envelope ring: {', '.join(got)}",
               file=out)
         if it.sequencer.has_pending({}):
             pending = "carol's transaction: never acknowledged, so its 2 messages are not delivered"
@@ -83,10 +84,6 @@ def run_quick_demo(store: Path, out: TextIO) -> int:
         ok = got == expected
         print("exactly once:     " + ("yes" if ok else f"NO, expected {expected}"), file=out)
         return 0 if ok else 1
-
-
-def _count(n: int, thing: str) -> str:
-    return f"{n} {thing}{'' if n == 1 else 's'}"
 
 
 def _frame(client: LocalJournalStore, begin: int, end: int) -> bytes:

@@ -1,4 +1,6 @@
-"""Local Gazette clusters: pinned binaries, and etcd plus brokers on 127.0.0.1.
+"""Local clusters on 127.0.0.1: Gazette (pinned binaries, etcd plus brokers)
+and Spark standalone (``SparkCluster``: a master and workers from the
+installed ``pyspark``), for the tests, the cluster demo and the benchmarks.
 
 A Gazette cluster is one etcd server and N ``gazette`` brokers. This module
 builds pinned versions of both (and of ``gazctl``) with the Go toolchain,
@@ -47,13 +49,12 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
 import urllib.request
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Self, final
 
@@ -70,8 +71,20 @@ from exactly._clusterbuild import (  # re-exported: see __all__
     ensure_binaries,
     log_tail,
 )
+from exactly._procs import (
+    Proc,
+    alive,
+    child_env,
+    pick_ports,
+    port_open,
+    send_signal,
+    spawn,
+    wait_dead,
+)
+from exactly._sparkcluster import SparkCluster  # re-exported: see __all__
 
 __all__ = [
+    "SparkCluster",
     "GAZETTE_VERSION",
     "ETCD_VERSION",
     "DEFAULT_ETCD_LEASE",
@@ -220,132 +233,6 @@ class JournalBrokers:
     members: tuple[int, ...]
 
 
-@dataclass(slots=True)
-class _Proc:
-    name: str
-    port: int
-    pid: int | None = None
-    # Start time (clock ticks since boot, from /proc): guards against
-    # signalling an unrelated process that reused a dead one's PID.
-    start_time: int | None = None
-    popen: subprocess.Popen[bytes] | None = field(default=None, repr=False)
-
-    @property
-    def address(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "port": self.port, "pid": self.pid,
-                "start_time": self.start_time, "address": self.address}
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> _Proc:
-        return cls(name=str(doc["name"]), port=int(doc["port"]),
-                   pid=None if doc.get("pid") is None else int(doc["pid"]),
-                   start_time=None if doc.get("start_time") is None
-                   else int(doc["start_time"]))
-
-
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state, start time) of a process from /proc, or None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read().decode(errors="replace")
-        fields = stat[stat.rindex(")") + 2:].split()  # the command name may hold spaces
-        return fields[0], int(fields[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _alive(proc: _Proc) -> bool:
-    """Whether ``proc`` runs: the same process (by start time), not a zombie."""
-    if proc.pid is None:
-        return False
-    if proc.popen is not None and proc.popen.poll() is not None:
-        return False
-    if os.path.isdir("/proc"):
-        stat = _proc_stat(proc.pid)
-        if stat is None or stat[0] in ("Z", "X"):
-            return False
-        return proc.start_time is None or stat[1] == proc.start_time
-    try:
-        os.kill(proc.pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _signal(proc: _Proc, sig: int) -> None:
-    if _alive(proc):
-        assert proc.pid is not None
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(proc.pid, sig)
-
-
-def _wait_dead(proc: _Proc, timeout: float) -> bool:
-    """Wait until ``proc`` has exited (reaping it if it is our child)."""
-    deadline = time.monotonic() + timeout
-    if proc.popen is not None:
-        try:
-            proc.popen.wait(timeout=max(0.0, timeout))
-            return True
-        except subprocess.TimeoutExpired:
-            return False
-    while _alive(proc):
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct ports free on 127.0.0.1 right now (the kernel's picks)."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _pick_ports(n: int, wanted: Sequence[int]) -> list[int]:
-    """``n`` distinct free ports: ``wanted[i]`` for slot ``i`` where it is
-    free, a port the kernel picks otherwise."""
-    fresh = _free_ports(n + len(wanted))
-    chosen: list[int] = []
-    for i in range(n):
-        if i < len(wanted) and wanted[i] not in chosen and _port_free(wanted[i]):
-            chosen.append(wanted[i])
-        else:
-            chosen.append(next(p for p in fresh if p not in chosen and p not in wanted))
-    return chosen
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        # As Go's listeners do: a port whose last connections linger in
-        # TIME_WAIT can be listened on again.
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _child_env(drop_prefixes: Sequence[str]) -> dict[str, str]:
-    """Our environment less the variables a server would read as its own
-    configuration (gazette reads BROKER_*, ETCD_*, LOG_*; etcd reads ETCD_*)."""
-    return {k: v for k, v in os.environ.items()
-            if not any(k.startswith(p) for p in drop_prefixes)}
-
-
 # -- the cluster ------------------------------------------------------------------
 
 
@@ -392,9 +279,9 @@ class GazetteCluster:
         self.log_level = log_level
         self.stop_at_exit = stop_at_exit
         self._binaries = binaries
-        self._etcd: _Proc | None = None
+        self._etcd: Proc | None = None
         self._peer_port = 0
-        self._brokers: list[_Proc] = []
+        self._brokers: list[Proc] = []
         self._lock = threading.RLock()
         self._at_exit_registered = False
 
@@ -458,7 +345,7 @@ class GazetteCluster:
         """Every process of the cluster, etcd first, and whether it runs."""
         self._require_started()
         assert self._etcd is not None
-        return [ProcessInfo(p.name, p.pid, p.address, self._log_path(p.name), _alive(p))
+        return [ProcessInfo(p.name, p.pid, p.address, self._log_path(p.name), alive(p))
                 for p in (self._etcd, *self._brokers)]
 
     def is_running(self) -> bool:
@@ -468,7 +355,7 @@ class GazetteCluster:
     def broker_running(self, i: int) -> bool:
         """True if broker ``i`` runs."""
         self._require_started()
-        return _alive(self._brokers[i])
+        return alive(self._brokers[i])
 
     # -- start and stop ----------------------------------------------------------
 
@@ -488,10 +375,10 @@ class GazetteCluster:
                 d.mkdir(parents=True, exist_ok=True)
             deadline = time.monotonic() + timeout
             for attempt in range(3):
-                ports = _pick_ports(self.brokers + 2, [] if attempt else previous)
-                self._etcd = _Proc("etcd", ports[0])
+                ports = pick_ports(self.brokers + 2, [] if attempt else previous)
+                self._etcd = Proc("etcd", ports[0])
                 self._peer_port = ports[1]
-                self._brokers = [_Proc(f"broker-{i}", port)
+                self._brokers = [Proc(f"broker-{i}", port)
                                  for i, port in enumerate(ports[2:])]
                 try:
                     self._start_all(deadline)
@@ -541,10 +428,10 @@ class GazetteCluster:
         with self._lock:
             self._require_started()
             proc = self._brokers[i]
-            if not _alive(proc):
+            if not alive(proc):
                 raise ClusterError(f"{proc.name} does not run")
-            _signal(proc, sig)
-            if not _wait_dead(proc, timeout):
+            send_signal(proc, sig)
+            if not wait_dead(proc, timeout):
                 raise ClusterError(f"{proc.name} (pid {proc.pid}) still runs {timeout:g}s "
                                    f"after signal {signal.Signals(sig).name}")
 
@@ -557,7 +444,7 @@ class GazetteCluster:
         with self._lock:
             self._require_started()
             proc = self._brokers[i]
-            if _alive(proc):
+            if alive(proc):
                 raise ClusterError(f"{proc.name} already runs (pid {proc.pid})")
             if proc.popen is not None:
                 proc.popen.wait()
@@ -574,7 +461,7 @@ class GazetteCluster:
         """Start again every broker whose process has exited; return their
         indexes. (A broker exits by itself if it loses its etcd lease.)"""
         with self._lock:
-            dead = [i for i, b in enumerate(self._brokers) if not _alive(b)]
+            dead = [i for i, b in enumerate(self._brokers) if not alive(b)]
             for i in dead:
                 self.start_broker(i, timeout=timeout)
             return dead
@@ -588,7 +475,7 @@ class GazetteCluster:
         first one that runs) through ``BROKER_ADDRESS``, capturing its output.
         With ``check``, a non-zero exit raises ``GazctlError``."""
         if broker is None:
-            running = [i for i, b in enumerate(self._brokers) if _alive(b)]
+            running = [i for i, b in enumerate(self._brokers) if alive(b)]
             broker = running[0] if running else 0
         return self._gazctl(self.addresses[broker], args, input=input, check=check,
                             timeout=timeout)
@@ -663,9 +550,9 @@ class GazetteCluster:
                                             Path(bins["etcd"])),
                           etcd_lease=int(doc["etcd_lease"]), log_level=str(doc["log_level"]),
                           stop_at_exit=False)
-            cluster._etcd = _Proc.from_json(doc["etcd"])
+            cluster._etcd = Proc.from_json(doc["etcd"])
             cluster._peer_port = int(doc["etcd_peer_port"])
-            cluster._brokers = [_Proc.from_json(b) for b in doc["brokers"]]
+            cluster._brokers = [Proc.from_json(b) for b in doc["brokers"]]
         except (KeyError, TypeError, ValueError) as exc:
             raise ClusterError(f"{path} is not a cluster state file ({exc!r})") from None
         return cluster
@@ -722,20 +609,11 @@ class GazetteCluster:
         for b in self._brokers:
             self._wait_broker(b, deadline)
 
-    def _spawn(self, proc: _Proc, argv: list[str], env: dict[str, str]) -> None:
-        log_path = self._log_path(proc.name)
-        with open(log_path, "ab") as log:
-            log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} exactly.localcluster "
-                      f"starts: {' '.join(argv)}\n".encode())
-            log.flush()
-            popen = subprocess.Popen(argv, cwd=self.workdir, env=env,
-                                     stdin=subprocess.DEVNULL, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-        proc.popen, proc.pid = popen, popen.pid
-        stat = _proc_stat(popen.pid)
-        proc.start_time = stat[1] if stat else None
+    def _spawn(self, proc: Proc, argv: list[str], env: dict[str, str]) -> None:
+        spawn(proc, argv, env, cwd=self.workdir, log_path=self._log_path(proc.name),
+              what="exactly.localcluster")
 
-    def _launch_etcd(self, proc: _Proc) -> None:
+    def _launch_etcd(self, proc: Proc) -> None:
         peer = f"http://127.0.0.1:{self._peer_port}"
         self._spawn(proc, [
             str(self.binaries.etcd), "--name", "exactly",
@@ -744,9 +622,9 @@ class GazetteCluster:
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
             "--initial-cluster", f"exactly={peer}",
             "--log-level", "warn" if self.log_level in ("warn", "error", "fatal") else "info",
-        ], _child_env(["ETCD_"]))
+        ], child_env(["ETCD_"]))
 
-    def _launch_broker(self, proc: _Proc) -> None:
+    def _launch_broker(self, proc: Proc) -> None:
         self._spawn(proc, [
             str(self.binaries.gazette), "serve",
             f"--broker.zone={_ZONE}", f"--broker.id={proc.name}",
@@ -754,9 +632,9 @@ class GazetteCluster:
             f"--broker.file-root={self.fragment_root}",
             f"--etcd.address={self.etcd_address}", f"--etcd.lease={self.etcd_lease}s",
             f"--log.level={self.log_level}",
-        ], _child_env(["BROKER_", "ETCD_", "LOG_", "DEBUG_"]))
+        ], child_env(["BROKER_", "ETCD_", "LOG_", "DEBUG_"]))
 
-    def _exited(self, proc: _Proc, what: str) -> ClusterStartError:
+    def _exited(self, proc: Proc, what: str) -> ClusterStartError:
         rc = proc.popen.poll() if proc.popen is not None else None
         log_path = self._log_path(proc.name)
         status = f" with status {rc}" if rc is not None else ""
@@ -764,15 +642,15 @@ class GazetteCluster:
             f"{proc.name} exited{status} {what} (log: {log_path})",
             process=proc.name, log_path=log_path, log_tail=log_tail(log_path))
 
-    def _timed_out(self, proc: _Proc, what: str) -> ClusterStartError:
+    def _timed_out(self, proc: Proc, what: str) -> ClusterStartError:
         log_path = self._log_path(proc.name)
         return ClusterStartError(
             f"{proc.name} did not {what} in time (log: {log_path})",
             process=proc.name, log_path=log_path, log_tail=log_tail(log_path))
 
-    def _wait_etcd(self, proc: _Proc, deadline: float) -> None:
+    def _wait_etcd(self, proc: Proc, deadline: float) -> None:
         while True:
-            if not _alive(proc):
+            if not alive(proc):
                 raise self._exited(proc, "while starting")
             with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(
                     f"{proc.address}/health", timeout=1.0) as resp:
@@ -782,12 +660,12 @@ class GazetteCluster:
                 raise self._timed_out(proc, "become healthy")
             time.sleep(0.05)
 
-    def _wait_broker(self, proc: _Proc, deadline: float) -> None:
+    def _wait_broker(self, proc: Proc, deadline: float) -> None:
         last = ""
         while True:
-            if not _alive(proc):
+            if not alive(proc):
                 raise self._exited(proc, "while starting")
-            if self._port_open(proc.port):
+            if port_open(proc.port):
                 try:
                     r = self._gazctl(proc.address, ("journals", "list"), input=None,
                                      check=False, timeout=5.0)
@@ -803,15 +681,9 @@ class GazetteCluster:
                 raise err
             time.sleep(0.1)
 
-    @staticmethod
-    def _port_open(port: int) -> bool:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.settimeout(0.5)
-            return s.connect_ex(("127.0.0.1", port)) == 0
-
     def _gazctl(self, address: str, args: Sequence[str], *, input: bytes | None,
                 check: bool, timeout: float | None) -> subprocess.CompletedProcess[bytes]:
-        env = _child_env(["BROKER_"])
+        env = child_env(["BROKER_"])
         env["BROKER_ADDRESS"] = address
         argv = [str(self.binaries.gazctl), *args]
         try:
@@ -825,15 +697,15 @@ class GazetteCluster:
         return r
 
     def _stop_processes(self, grace: float) -> None:
-        brokers = [b for b in self._brokers if _alive(b)]
+        brokers = [b for b in self._brokers if alive(b)]
         for group in (brokers, [self._etcd] if self._etcd is not None else []):
             for p in group:
-                _signal(p, signal.SIGTERM)
+                send_signal(p, signal.SIGTERM)
             deadline = time.monotonic() + grace
             for p in group:
-                if not _wait_dead(p, deadline - time.monotonic()):
-                    _signal(p, signal.SIGKILL)
-                    _wait_dead(p, 10.0)
+                if not wait_dead(p, deadline - time.monotonic()):
+                    send_signal(p, signal.SIGKILL)
+                    wait_dead(p, 10.0)
 
     def _revoke_member_lease(self, broker_id: str) -> None:
         key = f"{_MEMBERS_PREFIX}{_ZONE}#{broker_id}".encode()

@@ -160,8 +160,12 @@ class AppendQueue:
         futures: list[AppendFuture[AppendResult]] = []
         ends: list[int] = []  # ends[i]: the size of data[: i + 1]
         pos = 0
+        done: _Batch | None = None  # a finished batch whose futures are not resolved yet
         while True:
             if pos == len(futures):
+                if done is not None:
+                    self._resolve(done)
+                    done = None
                 data, futures = pending.take()
                 while not futures:
                     if not pending.stopping:
@@ -188,31 +192,80 @@ class AppendQueue:
             base = ends[pos - 1] if pos else 0
             end = max(bisect_right(ends, base + self._max_batch_bytes, pos), pos + 1)
             if pos == 0 and end == len(futures):
-                self._process(data, futures)
+                batch = self._begin(data, futures)
             else:
-                self._process(data[pos:end], futures[pos:end])
+                batch = self._begin(data[pos:end], futures[pos:end])
+            if done is not None:
+                # The previous batch's futures are resolved while this one is
+                # in flight (when the subclass sends batches asynchronously).
+                self._resolve(done)
+            self._finish(batch)
+            if self._overlap:
+                done = batch
+            else:
+                self._resolve(batch)
             pos = end
 
-    def _process(self, data: list[bytes], futures: list[AppendFuture[AppendResult]]) -> None:
-        count, first_seq = len(futures), self._taken + 1
-        self._taken += count
+    #: Whether ``_start_batch`` only sends a batch (and its outcome comes
+    #: later): then a batch's futures are resolved while the next one is in
+    #: flight. Batches are still sent one at a time, in order.
+    _overlap = False
+
+    def _start_batch(
+        self, data: list[bytes]
+    ) -> Callable[[], tuple[list[AppendResult], BaseException | None]]:
+        """Begin appending ``data``; return what waits for the outcome (that
+        of ``_write_batch``). By default the batch is written now."""
+        outcome = self._write_batch(data)
+        return lambda: outcome
+
+    def _begin(self, data: list[bytes], futures: list[AppendFuture[AppendResult]]) -> _Batch:
+        batch = _Batch(len(futures), self._taken + 1, None, futures)
+        self._taken += batch.count
         # An append cancelled before its batch started is not written.
-        live = AppendFuture.start_all(futures)
+        live = batch.live = AppendFuture.start_all(futures)
         if live is not None:
             data = [data[i] for i in live]
-            futures = [futures[i] for i in live]
-        results, error = self._write_batch(data) if futures else ([], None)
-        if results and self._on_commit is not None:
+            batch.futures = [futures[i] for i in live]
+        if batch.futures:
+            batch.outcome = self._start_batch(data)
+        return batch
+
+    def _finish(self, batch: _Batch) -> None:
+        if batch.outcome is not None:
+            batch.results, batch.error = batch.outcome()
+            batch.outcome = None
+        if batch.results and self._on_commit is not None:
             self._on_commit()  # Wake following readers first: the bytes are committed.
-        AppendFuture.resolve_all(futures, results, error)
+
+    def _resolve(self, batch: _Batch) -> None:
+        AppendFuture.resolve_all(batch.futures, batch.results, batch.error)
         failures: list[tuple[int, BaseException]] = []
-        if error is not None:
-            failed = range(len(results), len(futures))
-            failures = [(first_seq + (i if live is None else live[i]), error) for i in failed]
+        if batch.error is not None:
+            live = batch.live
+            failed = range(len(batch.results), len(batch.futures))
+            failures = [(batch.first_seq + (i if live is None else live[i]), batch.error)
+                        for i in failed]
         with self._lock:
-            self._resolved += count
+            self._resolved += batch.count
             self._failures.extend(failures)
             self._done.notify_all()
+
+
+class _Batch:
+    """One batch of the queue: its futures, then its outcome."""
+
+    __slots__ = ("count", "error", "first_seq", "futures", "live", "outcome", "results")
+
+    def __init__(self, count: int, first_seq: int, live: list[int] | None,
+                 futures: list[AppendFuture[AppendResult]]) -> None:
+        self.count = count  # appends taken, cancelled ones included
+        self.first_seq = first_seq
+        self.live = live  # indices of the appends not cancelled, or None for all
+        self.futures = futures
+        self.outcome: Callable[[], tuple[list[AppendResult], BaseException | None]] | None = None
+        self.results: list[AppendResult] = []
+        self.error: BaseException | None = None
 
 
 def flush_queues(queues: Iterable[AppendQueue], timeout: float | None) -> None:

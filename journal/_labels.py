@@ -31,12 +31,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, final
+from typing import Final, Protocol, final, runtime_checkable
 
 from ._errors import InvalidLabelError, LabelSelectorError
-
-if TYPE_CHECKING:
-    from ._spec import JournalSpec
 
 #: Label names that may carry only one value (as Gazette's ``labels.SingleValueLabels``).
 SINGLE_VALUE_LABELS: Final = frozenset(
@@ -261,6 +258,18 @@ def _meta_groups(groups: tuple[_Group, ...]) -> tuple[_Group, ...]:
     return tuple(_Group(k, tuple(v)) for k, v in sorted(out.items()))
 
 
+@runtime_checkable
+class NamedLabels(Protocol):
+    """A journal's name and labels (a ``JournalSpec``): what a selector's
+    meta-labels match, without this module depending on the spec's."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def labels(self) -> LabelSet: ...
+
+
 @dataclass(frozen=True, slots=True)
 class LabelSelector:
     """Include / exclude label sets; see the module docstring for the rules.
@@ -282,13 +291,12 @@ class LabelSelector:
         object.__setattr__(self, "_inc", _groups(include))
         object.__setattr__(self, "_exc", _groups(exclude))
 
-    def matches(self, labels: LabelSet | JournalSpec | LabelsInit) -> bool:
-        """Whether ``labels`` is selected. Given a ``JournalSpec``, the
-        meta-labels ``name`` and ``prefix`` refer to the journal's name."""
-        from ._spec import JournalSpec  # Cycle: _spec imports this module.
-
+    def matches(self, labels: LabelSet | NamedLabels | LabelsInit) -> bool:
+        """Whether ``labels`` is selected. Given a ``JournalSpec`` (anything
+        with a ``name`` and ``labels``), the meta-labels ``name`` and
+        ``prefix`` refer to the journal's name."""
         inc, exc = self._inc, self._exc
-        if isinstance(labels, JournalSpec):
+        if isinstance(labels, NamedLabels):
             target = labels.labels.union({"name": labels.name})
             inc, exc = _meta_groups(inc), _meta_groups(exc)
         elif isinstance(labels, LabelSet):

@@ -71,7 +71,7 @@ from ._fragment import (
     parse_sealed_name,
 )
 from ._labels import LabelSelector, LabelSet, LabelsInit, parse_label_selector
-from ._local_reader import LocalJournalReader, open_reader
+from ._local_reader import LocalJournalReader, StoreServices, open_reader
 from ._spec import AppendResult, JournalSpec, validate_journal_name
 from ._util import age_seconds
 from ._watch import Watcher
@@ -449,7 +449,7 @@ class LocalJournalStore:
         ``offset=-1`` starts at the committed end. A non-blocking read past
         the committed end raises ``OffsetNotYetAvailableError``."""
         self._check_open()
-        return open_reader(self, self._dir(name), offset, end_offset, block)
+        return open_reader(self._services(), self._dir(name), offset, end_offset, block)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every append issued so far is resolved. Raises
@@ -522,6 +522,11 @@ class LocalJournalStore:
                     path,
                     f"is a symbolic link out of the store's root (to {target}): not followed",
                 )
+
+    def _services(self) -> StoreServices:
+        """What this store's readers need of it (see ``StoreServices``)."""
+        return StoreServices(self._watcher, self._verify_fragment, lambda: self._closed,
+                             self._warn_damaged_record)
 
     def _warn_damaged_record(self, jd: JournalDir, rec: CommitRecord) -> None:
         """A reader found the commit slot beside the newest valid one damaged:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import bisect
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, final
 
 from ._errors import JournalError, JournalNotFoundError
@@ -29,13 +31,24 @@ from ._reader import JUMPED, ReaderBase, warn_jump, warn_quarantined
 from ._util import check_read_args
 
 if TYPE_CHECKING:
-    from ._local import LocalJournalStore
-    from ._watch import Watch
+    from ._watch import Watch, Watcher
 
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 # Each retry follows a concurrent seal or removal; more than a few in a row
 # would mean the directory keeps changing under us faster than we can look.
 _MAX_ATTEMPTS: Final = 100
+
+
+@dataclass(frozen=True, slots=True)
+class StoreServices:
+    """What readers need of their store, handed to them by it: its change
+    watcher, the check of a fragment file against its name, whether it is
+    closed, and where to report a damaged commit record."""
+
+    watcher: Watcher
+    verify_fragment: Callable[[JournalDir, Fragment, int], None]
+    is_closed: Callable[[], bool]
+    warn_damaged_record: Callable[[JournalDir, CommitRecord], None]
 
 
 @final
@@ -44,7 +57,7 @@ class LocalJournalReader(ReaderBase):
 
     def __init__(
         self,
-        store: LocalJournalStore,
+        store: StoreServices,
         jd: JournalDir,
         offset: int,
         end_offset: int | None,
@@ -135,7 +148,7 @@ class LocalJournalReader(ReaderBase):
                 self._rescan()  # Removed by retention meanwhile.
                 continue
             assert self._fd is not None
-            self._store._verify_fragment(self._jd, frag, self._fd)
+            self._store.verify_fragment(self._jd, frag, self._fd)
         raise JournalError(
             f"journal {self._journal!r}: offset {off} could not be located"
             f" after {_MAX_ATTEMPTS} attempts (directory changing too fast)"
@@ -196,9 +209,9 @@ class LocalJournalReader(ReaderBase):
         return self._watch.token() if self._watch is not None else 0
 
     def _wait(self, token: int) -> bool:
-        if self._watch is None or self._store.closed:
+        if self._watch is None or self._store.is_closed():
             return False
-        watcher = self._store._watcher
+        watcher = self._store.watcher
         if self._watch.wd is None:
             watcher.refresh(self._watch)
         return self._watch.wait(token, watcher.interval)
@@ -219,7 +232,7 @@ class LocalJournalReader(ReaderBase):
             os.close(self._commit_fd)
             self._commit_fd = None
         if self._watch is not None:
-            self._store._watcher.unsubscribe(self._watch)
+            self._store.watcher.unsubscribe(self._watch)
             self._watch = None
 
 
@@ -233,24 +246,24 @@ def _pread_copy(fd: int, buf: memoryview, pos: int) -> int:
 
 
 def open_reader(
-    store: LocalJournalStore, jd: JournalDir, offset: int, end_offset: int | None, block: bool
+    store: StoreServices, jd: JournalDir, offset: int, end_offset: int | None, block: bool
 ) -> LocalJournalReader:
     """Check the journal and the arguments, then build a reader.
 
     A following reader subscribes to change notifications *before* reading
     the record, so that no commit can slip between the two unnoticed."""
     commit_fd = open_commit(jd)
-    watch = store._watcher.subscribe(jd.path) if block else None
+    watch = store.watcher.subscribe(jd.path) if block else None
     try:
         raw = os.pread(commit_fd, RECORD_SIZE, 0)
         rec = read_record(jd, commit_fd)
         offset = check_read_args(jd.name, offset, end_offset, block, rec.end)
         listing = scan(jd)  # Also checks the directory for foreign files.
         if damaged_slot(raw, rec):
-            store._warn_damaged_record(jd, rec)
+            store.warn_damaged_record(jd, rec)
     except BaseException:
         os.close(commit_fd)
         if watch is not None:
-            store._watcher.unsubscribe(watch)
+            store.watcher.unsubscribe(watch)
         raise
     return LocalJournalReader(store, jd, offset, end_offset, block, commit_fd, watch, listing)

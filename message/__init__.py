@@ -80,6 +80,7 @@ from ._reader import ReadCommittedIter as ReadCommittedIter
 from ._reader import ReadUncommittedIter as ReadUncommittedIter
 from ._transaction import IntentLog as IntentLog
 from ._transaction import IntentLogError as IntentLogError
+from ._transaction import JournalIntentLog as JournalIntentLog
 from ._transaction import Transaction as Transaction
 from ._transaction import write_intents as write_intents
 from ._types import NIL_UUID as NIL_UUID
@@ -109,7 +110,7 @@ __all__ = [
     "NIL_UUID", "JsonDocument", "document_type", "DataclassMessage", "CSVRecord",
     "ProtoMessage", "proto_message_type", "sortable_uuid",
     # publishing
-    "Publisher", "AckIntent", "Transaction", "IntentLog", "write_intents",
+    "Publisher", "AckIntent", "Transaction", "IntentLog", "JournalIntentLog", "write_intents",
     # reading, sequencing and checkpoints
     "ReadUncommittedIter", "ReadCommittedIter", "Sequencer", "Checkpoint",
     # mapping

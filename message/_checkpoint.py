@@ -17,10 +17,9 @@ from typing import Any
 import orjson
 from google.protobuf.message import DecodeError
 
-from proto import checkpoint_pb2
-
 from ._envelope import ProducerState
 from ._errors import CheckpointError
+from ._proto import checkpoint_pb2
 
 
 def _varint(n: int) -> bytes:

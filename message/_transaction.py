@@ -35,7 +35,7 @@ from ._interfaces import MappingFunc, Message
 from ._publisher import AckIntent, Publisher
 
 if TYPE_CHECKING:
-    from journal import AppendResult, JournalClient
+    from journal import AppendResult, JournalClient, JournalStore
 
 
 class IntentLogError(MessageError):
@@ -83,6 +83,74 @@ class IntentLog:
             write_intents(client, intents)
             self.clear()
         return len(intents)
+
+
+class JournalIntentLog:
+    """An intent log kept in a journal of its own, in the store of the
+    journals it commits: whoever can reach the store can finish a commit that
+    a crash cut short — on a Gazette cluster, any host, with nothing on the
+    local disk. Same methods as :class:`IntentLog`.
+
+    ``save`` creates journal ``name`` (NDJSON) and appends the intents as one
+    record, durable once the append resolves; ``clear`` deletes the journal.
+    A journal that exists therefore holds a commit not known to be finished,
+    and :meth:`recover_all` finds every one under a prefix with one listing.
+    """
+
+    #: The label that marks intent-log journals (value ``"intents"``).
+    LABEL = "exactly.state"
+
+    def __init__(self, client: JournalStore, name: str) -> None:
+        self.client = client
+        self.name = name
+
+    def save(self, intents: list[AckIntent]) -> None:
+        """Durably record ``intents`` (replacing what the log held)."""
+        self.client.create(
+            self.name, {"content-type": "application/x-ndjson", self.LABEL: "intents"}
+        )
+        record = [[i.journal, base64.b64encode(i.intent).decode()] for i in intents]
+        self.client.append(self.name, orjson.dumps(record) + b"\n").result()
+
+    def load(self) -> list[AckIntent]:
+        """The intents of the last record (none if the log does not exist)."""
+        from journal import JournalNotFoundError
+
+        try:
+            with self.client.read(self.name) as r:
+                data = r.read()
+        except JournalNotFoundError:
+            return []
+        lines = data.splitlines()
+        if not lines:
+            return []
+        try:
+            return [AckIntent(str(j), base64.b64decode(b, validate=True))
+                    for j, b in orjson.loads(lines[-1])]
+        except (orjson.JSONDecodeError, TypeError, ValueError) as exc:
+            raise IntentLogError(f"journal {self.name}: not an intent log: {exc}") from exc
+
+    def clear(self) -> None:
+        """Forget the intents: they are all written."""
+        from journal import JournalNotFoundError
+
+        with contextlib.suppress(JournalNotFoundError):
+            self.client.delete(self.name)
+
+    def recover(self, client: JournalClient | None = None) -> int:
+        """Write the intents left by a commit that did not finish; returns how many."""
+        intents = self.load()
+        if intents:
+            write_intents(client or self.client, intents)
+        self.clear()
+        return len(intents)
+
+    @classmethod
+    def recover_all(cls, client: JournalStore, prefix: str) -> int:
+        """Finish every commit whose log is a journal under ``prefix`` (which
+        ends in ``/``); returns how many intents were written."""
+        selector = f"prefix={prefix},{cls.LABEL}=intents"
+        return sum(cls(client, spec.name).recover() for spec in client.list(selector))
 
 
 def write_durably(path: Path, data: bytes, *, create_dirs: bool = True) -> None:
@@ -135,7 +203,9 @@ class Transaction:
     its size: it keeps only the appends not yet done.
     """
 
-    def __init__(self, publisher: Publisher, log: IntentLog | None = None) -> None:
+    def __init__(
+        self, publisher: Publisher, log: IntentLog | JournalIntentLog | None = None
+    ) -> None:
         self.publisher = publisher
         self.log = log
         self._futures: list[Future[AppendResult]] = []

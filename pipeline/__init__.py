@@ -22,12 +22,13 @@ reads are split and writes committed.
 from ._latest import COMMIT_ORDER as COMMIT_ORDER
 from ._latest import latest_by_key as latest_by_key
 from ._latest import materialize_latest as materialize_latest
+from ._register import cluster_session as cluster_session
 from ._register import local_session as local_session
 from ._register import register as register
 from ._source import JournalDataSource as JournalDataSource
 from ._write import recover as recover
 
 __all__ = [
-    "register", "local_session", "JournalDataSource", "recover",
+    "register", "local_session", "cluster_session", "JournalDataSource", "recover",
     "latest_by_key", "materialize_latest", "COMMIT_ORDER",
 ]

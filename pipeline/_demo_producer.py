@@ -1,4 +1,5 @@
-"""A producer process of the demo: ``python -m pipeline._demo_producer ROOT ROLE SEED``.
+"""A producer process of the demo: ``python -m pipeline._demo_producer STORE ROLE SEED``,
+STORE being a store directory or a Gazette broker URL.
 
 Publishes a synthetic clickstream to the ``clicks/part-*`` journals in one of
 three roles, and prints a JSON report of what it *committed* (the views per
@@ -22,15 +23,21 @@ from typing import Any
 
 import orjson
 
-from journal import LocalJournalStore
+from journal import JournalStore
 from message import JsonDocument, Publisher, Transaction, modulo_mapping
+
+from ._stores import StoreOptions
 
 PAGES = ["/", "/search", "/product/1", "/product/2", "/product/3", "/cart", "/checkout"]
 
 
-def _mapping(store: LocalJournalStore) -> Any:
+def _session(doc: Any) -> str:
+    return str(doc["session"])
+
+
+def _mapping(store: JournalStore) -> Any:
     parts = store.list("app=clicks")
-    return modulo_mapping(lambda d: d["session"], lambda: parts)
+    return modulo_mapping(_session, lambda: parts)
 
 
 def main(root: str, role: str, seed: int) -> None:
@@ -38,7 +45,8 @@ def main(root: str, role: str, seed: int) -> None:
     pages: Counter[str] = Counter()
     sessions: Counter[str] = Counter()
     final: dict[str, str | None] = {}
-    with LocalJournalStore(root) as store:
+    where = StoreOptions.of({"broker": root} if "://" in root else {"root": root})
+    with where.open() as store:
         mapping = _mapping(store)
         publisher = Publisher(store)
 

@@ -22,11 +22,28 @@ def local_session(
 ) -> SparkSession:
     """A local SparkSession whose Python workers run this interpreter (the one
     with this package installed), with the ``journal`` source registered."""
+    return cluster_session(master, app=app, conf=conf,
+                           driver_host="127.0.0.1" if master.startswith("local") else None)
+
+
+def cluster_session(
+    master: str,
+    *,
+    app: str = "exactly",
+    conf: dict[str, Any] | None = None,
+    driver_host: str | None = None,
+) -> SparkSession:
+    """A SparkSession on ``master`` (``spark://host:port`` for a standalone
+    cluster, or ``local[N]``) with the ``journal`` source registered. Its
+    Python workers, on the driver and on every executor, run this
+    interpreter's path: the executors' hosts need this package installed in
+    the same place. ``driver_host``: the address executors reach the driver
+    at (Spark's choice when None)."""
     # Workers are started by the JVM: without this they would run whichever
     # ``python3`` is first on PATH, which may lack this package.
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    if master.startswith("local"):
+    if driver_host == "127.0.0.1":
         # Everything is on this machine: bind to loopback rather than warn
         # about which interface the host name resolves to.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -39,7 +56,11 @@ def local_session(
         .config("spark.driver.memory", "1g")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.log.level", "ERROR")
+        .config("spark.pyspark.python", sys.executable)
     )
+    if driver_host is not None:
+        builder = builder.config("spark.driver.host", driver_host).config(
+            "spark.driver.bindAddress", driver_host)
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
     with warnings.catch_warnings():

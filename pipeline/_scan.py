@@ -103,17 +103,14 @@ def bucket_of(producers: np.ndarray, buckets: int) -> np.ndarray:
 def _ndjson_windows(
     client: JournalClient, journal: str, end: int
 ) -> Iterator[tuple[int, bytes]]:
-    """``(offset, data)``: windows of whole lines of ``[0, end)``. A window never
-    spans a retention gap (where the journal's first offsets were removed)."""
+    """``(offset, data)``: windows of whole lines of ``[0, end)``, of about
+    ``WINDOW_BYTES`` each. A window never spans a retention gap (where the
+    journal's first offsets were removed)."""
     reader = client.read(journal, 0, end)
     carry = b""
     base = -1  # journal offset of carry[0]
     try:
-        while True:
-            data = reader.read(WINDOW_BYTES)
-            if not data:
-                break
-            start = reader.offset - len(data)
+        for start, data in _contiguous_reads(reader, WINDOW_BYTES):
             if base + len(carry) != start:
                 # A gap: appends are whole frames, so nothing is carried over one.
                 if carry:
@@ -129,6 +126,36 @@ def _ndjson_windows(
             yield base, carry  # a truncated last line: the exact path reports it
     finally:
         reader.close()
+
+
+def _contiguous_reads(reader: Any, size: int) -> Iterator[tuple[int, bytes]]:
+    """``(offset, data)``: the reader's bytes in pieces of about ``size``,
+    each contiguous in the journal. A reader may return less than asked
+    (a Gazette broker sends 32 KiB at a time): reads are gathered up to
+    ``size``, but never across a jump of the reader's offset."""
+    pending: tuple[int, bytes] | None = None
+    while True:
+        if pending is not None:
+            (start, first), pending = pending, None
+        else:
+            first = reader.read(size)
+            if not first:
+                return
+            start = reader.offset - len(first)
+        parts, got = [first], len(first)
+        while got < size:
+            more = reader.read(size - got)
+            if not more:
+                break
+            at = reader.offset - len(more)
+            if at != start + got:
+                pending = (at, more)
+                break
+            parts.append(more)
+            got += len(more)
+        yield start, parts[0] if len(parts) == 1 else b"".join(parts)
+        if pending is None and got < size:
+            return
 
 
 def _line_bounds(data: bytes) -> tuple[np.ndarray, np.ndarray]:
@@ -205,7 +232,7 @@ def _uuid_halves(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
         lo[rows[good]] = (d[:, 16:] * weights).sum(axis=1, dtype=np.uint64)
         canonical[rows[~good]] = False
     for i in np.flatnonzero(valid & ~canonical):
-        _parse_one(strings[i].as_py(), hi, lo, i)
+        _parse_one(strings[i].as_py(), hi, lo, int(i))
     return hi, lo
 
 

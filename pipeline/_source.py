@@ -3,7 +3,11 @@
 Options (all strings, as Spark passes them):
 
 =====================  ==========================================================
-``root``               the journal store directory (required)
+``root``               the journal store directory, or
+``broker``             a Gazette broker URL (journals on a Gazette cluster); one of the two
+``file_root``          with ``broker``: where the cluster's ``file://`` fragment store is
+                       mounted on the hosts running tasks (persisted fragments are then
+                       read from it directly)
 ``journal``            one journal, or
 ``selector``           a label selector (``"app=clicks"``; ``prefix=a/`` matches names)
 ``schema``             content columns: a DDL string (``"page string, n long"``) or a
@@ -66,10 +70,11 @@ from framing import (
     CONTENT_TYPE_PROTO_FIXED,
     registered_content_types,
 )
-from journal import JournalNotFoundError, JournalSpec, LocalJournalStore
+from journal import JournalNotFoundError
 
 from ._content import META_DDL, META_FIELDS, META_NAMES, ContentSpec, proto_content_ddl
 from ._scan import READ_COMMITTED, READ_UNCOMMITTED, read_journal
+from ._stores import StoreOptions, read_all, select_journals
 from ._stream import (
     Offset,
     empty_offset,
@@ -124,18 +129,21 @@ def _inferred_ddl(options: Mapping[str, str]) -> str:
     inferred; name the columns with the ``schema`` option to be sure."""
     from pyarrow import json as pa_json
 
-    root = options.get("root")
-    if not root or not os.path.isdir(root):
+    try:
+        where = StoreOptions.of(options)
+    except ValueError:
+        return ""  # the reader reports it
+    if where.root is not None and not os.path.isdir(where.root):
         return ""
     skip = next((p for p in options.get("uuid_path", "_meta/uuid").split("/") if p), "")
     columns: dict[str, str] = {}
     try:
-        with LocalJournalStore(root) as store:
-            for spec in _journals(store, options)[:16]:
+        with where.open() as store:
+            for spec in select_journals(store, options)[:16]:
                 if spec.content_type != CONTENT_TYPE_JSON_LINES:
                     continue
                 with store.read(spec.name, 0, min(store.head(spec.name), INFER_BYTES)) as r:
-                    data = b"".join(iter(lambda r=r: r.read(1 << 20), b""))
+                    data = read_all(r)
                 data = data[: data.rfind(b"\n") + 1]
                 if not data:
                     continue
@@ -250,26 +258,6 @@ def _field_of(column: Any) -> str:
     return str(column.name)
 
 
-def _root(options: Mapping[str, str]) -> str:
-    root = options.get("root")
-    if not root:
-        raise ValueError("the journal data source needs the option root (a store directory)")
-    if not os.path.isdir(root):
-        # Relative paths resolve in Spark's working directory, which may not
-        # be the caller's: say where we looked.
-        raise ValueError(f"no journal store at {os.path.abspath(root)} (option root)")
-    return root
-
-
-def _journals(store: LocalJournalStore, options: Mapping[str, str]) -> list[JournalSpec]:
-    journal, selector = options.get("journal"), options.get("selector")
-    if (journal is None) == (selector is None):
-        raise ValueError("give exactly one of the options journal and selector")
-    if journal is not None:
-        return [store.get(journal)]
-    return store.list(selector or "")
-
-
 def _max_bytes_per_trigger(options: Mapping[str, str]) -> int | None:
     value = options.get("max_bytes_per_trigger")
     if value is None:
@@ -320,18 +308,18 @@ class JournalDataSource(DataSource):
         return f"{META_DDL}, {ddl}" if ddl else META_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return JournalReader(dict(self.options), schema)
+        return SparkBatchReader(dict(self.options), schema)
 
-    def writer(self, schema: StructType, overwrite: bool) -> JournalWriter:
-        return JournalWriter(dict(self.options), schema)
+    def writer(self, schema: StructType, overwrite: bool) -> SparkBatchWriter:
+        return SparkBatchWriter(dict(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 -- Spark's name
-        return JournalStreamReader(dict(self.options), schema)
+        return SparkStreamReader(dict(self.options), schema)
 
     def streamWriter(  # noqa: N802 -- Spark's name
         self, schema: StructType, overwrite: bool
-    ) -> JournalStreamWriter:
-        return JournalStreamWriter(dict(self.options), schema)
+    ) -> SparkStreamWriter:
+        return SparkStreamWriter(dict(self.options), schema)
 
 
 # -- batch read ---------------------------------------------------------------------
@@ -347,10 +335,12 @@ class _Split(InputPartition):
     buckets: int
 
 
-class JournalReader(DataSourceReader):
+class SparkBatchReader(DataSourceReader):
+    """``spark.read.format("journal")``: plans splits on the driver, reads them in tasks."""
+
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = options
-        self.root = _root(options)
+        self.where = StoreOptions.of(options)
         self.isolation = options.get("isolation", READ_COMMITTED).lower()
         if self.isolation not in (READ_COMMITTED, READ_UNCOMMITTED):
             raise ValueError(f"isolation must be {READ_COMMITTED} or {READ_UNCOMMITTED}")
@@ -358,13 +348,14 @@ class JournalReader(DataSourceReader):
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         # ACKs are control records of read committed; read uncommitted is every frame.
         self.acks = _include_acks(options) or self.isolation == READ_UNCOMMITTED
-        recover(self.root)
+        with self.where.open() as store:
+            recover(store)
 
     def partitions(self) -> Sequence[InputPartition]:
         splits = self.options.get("splits_per_journal", "auto")
         out: list[InputPartition] = []
-        with LocalJournalStore(self.root) as store:
-            for spec in _journals(store, self.options):
+        with self.where.open() as store:
+            for spec in select_journals(store, self.options):
                 end = store.head(spec.name)
                 n = (
                     min(MAX_SPLITS, max(1, math.ceil(end / SPLIT_BYTES)))
@@ -376,7 +367,7 @@ class JournalReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, _Split):
             return  # no journal matched: Spark still runs one (empty) partition
-        with LocalJournalStore(self.root) as store:
+        with self.where.open() as store:
             for batch in read_journal(
                 store, partition.journal, self.content, end_offset=partition.end,
                 isolation=self.isolation, bucket=partition.bucket, buckets=partition.buckets,
@@ -402,8 +393,9 @@ def _target(options: Mapping[str, str], schema: StructType) -> Target:
         uuid_field=options.get("uuid_field", "uuid"),
     )
     return Target(
-        _root(options), options.get("journal"), options.get("selector"), options.get("key"),
-        options.get("mapping", "modulo"), options.get("hash", "mmh3"), content,
+        StoreOptions.of(options), options.get("journal"), options.get("selector"),
+        options.get("key"), options.get("mapping", "modulo"), options.get("hash", "mmh3"),
+        content,
     )
 
 
@@ -412,11 +404,11 @@ def _create_target_journal(options: Mapping[str, str]) -> None:
     they do not exist yet (NDJSON unless ``content_type`` says otherwise),
     as a Spark write to a new path creates it. A selector names journals
     that must exist: their partitioning is the user's to decide."""
-    root, journal = options.get("root"), options.get("journal")
-    if not root or not journal or options.get("selector") is not None:
+    journal = options.get("journal")
+    where = StoreOptions.of(options)
+    if not journal or options.get("selector") is not None:
         return
-    os.makedirs(root, exist_ok=True)
-    with LocalJournalStore(root) as store:
+    with where.open(create=True) as store:
         try:
             store.get(journal)
         except JournalNotFoundError:
@@ -438,24 +430,28 @@ _CONTENT_TYPES: Final = {
 }
 
 
-class JournalWriter(DataSourceArrowWriter):
+class SparkBatchWriter(DataSourceArrowWriter):
+    """``df.write.format("journal")``: tasks publish uncommitted, the driver commits."""
+
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         _create_target_journal(options)
         self.target = _target(options, schema)
-        recover(self.target.root)
-        with LocalJournalStore(self.target.root) as store:
-            self.target.content_type(store)  # fail on the driver, before any task runs
         self.job = uuid.uuid4().hex  # where attempts record their roll-backs
-        start_job(self.target.root, self.job)
+        with self.target.options.open() as store:
+            recover(store)
+            self.target.content_type(store)  # fail on the driver, before any task runs
+            start_job(store, self.job)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Published:
         return _Published(publish_rows(self.target, iter_batches(iterator), job=self.job))
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        commit_job(self.target.root, _batches(messages), self.job)
+        with self.target.options.open() as store:
+            commit_job(store, _batches(messages), self.job)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        abort_job(self.target.root, _batches(messages), self.job)
+        with self.target.options.open() as store:
+            abort_job(store, _batches(messages), self.job)
 
 
 def _batches(messages: list[Any]) -> list[PublishedBatch | None]:
@@ -475,10 +471,12 @@ class _Range(InputPartition):
     states: str  # JSON of {producer: "last_ack:begin"}
 
 
-class JournalStreamReader(DataSourceStreamReader):
+class SparkStreamReader(DataSourceStreamReader):
+    """``spark.readStream.format("journal")``: micro-batches of committed messages."""
+
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = options
-        self.root = _root(options)
+        self.where = StoreOptions.of(options)
         self.content = content_spec(options, schema)
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         self.prune_horizon = float(options.get("prune_horizon", "86400"))
@@ -486,7 +484,8 @@ class JournalStreamReader(DataSourceStreamReader):
         if options.get("isolation", READ_COMMITTED).lower() != READ_COMMITTED:
             raise ValueError("streaming reads are read_committed")
         self.max_bytes = _max_bytes_per_trigger(options)
-        recover(self.root)
+        with self.where.open() as store:
+            recover(store)
 
     def getDefaultReadLimit(self) -> Any:  # noqa: N802 -- Spark's name
         if self.max_bytes is None:
@@ -496,8 +495,8 @@ class JournalStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> Offset:  # noqa: N802 -- Spark's name
         offset = empty_offset()
         if self.options.get("starting_offsets", "earliest") == "latest":
-            with LocalJournalStore(self.root) as store:
-                for spec in _journals(store, self.options):
+            with self.where.open() as store:
+                for spec in select_journals(store, self.options):
                     offset["offsets"][spec.name] = store.head(spec.name)
         return offset
 
@@ -509,9 +508,9 @@ class JournalStreamReader(DataSourceStreamReader):
         # ReadMaxBytes: the budget is shared equally by the journals with new
         # data, each cut at a frame boundary (and taking at least one frame).
         budget = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
-        with LocalJournalStore(self.root) as store:
+        with self.where.open() as store:
             ranges = []
-            for spec in _journals(store, self.options):
+            for spec in select_journals(store, self.options):
                 begin = int(start["offsets"].get(spec.name, 0))
                 end = store.head(spec.name)
                 if end > begin:
@@ -541,27 +540,32 @@ class JournalStreamReader(DataSourceStreamReader):
             return
         offset = {"states": {partition.journal: json.loads(partition.states)}}
         states = states_of(offset, partition.journal)
-        with LocalJournalStore(self.root) as store:
+        with self.where.open() as store:
             for batch in read_range(
                 store, partition.journal, self.content, partition.start, partition.end, states
             ):
                 yield _conform(batch, self.arrow_schema, self.acks)
 
 
-class JournalStreamWriter(DataSourceStreamArrowWriter):
+class SparkStreamWriter(DataSourceStreamArrowWriter):
+    """``writeStream.format("journal")``: each micro-batch committed once."""
+
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         _create_target_journal(options)
         self.target = _target(options, schema)
         self.sink_id = options.get("sink_id") or sink_id_of(self.target)
-        recover(self.target.root)
         self.job = sink_job(self.sink_id)
-        start_job(self.target.root, self.job)
+        with self.target.options.open() as store:
+            recover(store)
+            start_job(store, self.job)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Published:
         return _Published(publish_rows(self.target, iter_batches(iterator), job=self.job))
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        commit_stream_batch(self.target, self.sink_id, batchId, _batches(messages))
+        with self.target.options.open() as store:
+            commit_stream_batch(store, self.sink_id, batchId, _batches(messages))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        abort_job(self.target.root, _batches(messages), self.job, keep_dir=True)
+        with self.target.options.open() as store:
+            abort_job(store, _batches(messages), self.job, keep=True)

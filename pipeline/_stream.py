@@ -95,10 +95,10 @@ def frame_boundary(client: JournalClient, journal: str, begin: int, end: int, bu
         tracker = _OffsetTracker(r)
         try:
             for first, stop, _ in read_frames(tracker, chunk_size=min(1 << 20, budget + 1)):
-                base = tracker.base_at(first)  # retention may have removed what was asked for
+                base = int(tracker.base_at(first))  # retention may have removed what was asked for
                 if cut is not None and base + stop > limit:
                     return cut
-                cut = base + stop
+                cut = base + int(stop)
         except TruncatedFrameError:
             pass  # a corrupt tail: the reader reports it
     return end if cut is None else cut
@@ -113,26 +113,22 @@ def read_range(
     states: list[ProducerState],
     batch_rows: int = 8192,
 ) -> Iterator[pa.RecordBatch]:
-    """Record batches of the messages committed by ``[start, end)``."""
+    """Record batches of the messages committed by ``[start, end)``, each
+    yielded once it holds ``batch_rows`` rows (the last one, fewer)."""
     spec = client.get(journal)
     values = content.values_of(spec.content_type)
     schema = pa.schema([*META_FIELDS, *content.fields])
     rows: list[tuple[Envelope, int, list[Any]]] = []
-    batches: list[pa.RecordBatch] = []
-
-    def flush() -> None:
-        if rows:
-            batches.append(_to_batch(journal, rows, content, schema))
-            rows.clear()
-
-    def on_commit(env: Envelope, commit: int) -> None:
-        rows.append((env, commit, values(env.message)))
-        if len(rows) >= batch_rows:
-            flush()
-
-    sequence_range(client, journal, content, start, end, states, on_commit)
-    flush()
-    yield from batches
+    with ReadCommittedIter(
+        client, journal, content.new_message, Sequencer(states), offset=start, end_offset=end
+    ) as it:
+        for env in it:
+            rows.append((env, it.commit_offset, values(env.message)))
+            if len(rows) >= batch_rows:
+                yield _to_batch(journal, rows, content, schema)
+                rows = []
+    if rows:
+        yield _to_batch(journal, rows, content, schema)
 
 
 def _to_batch(

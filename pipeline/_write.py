@@ -6,54 +6,59 @@ them — plus the roll-back intents that would abort them. Nothing it wrote is
 read-committed yet. Then, on the driver:
 
 - ``commit_job``: the intents of the attempts Spark kept are made durable in
-  an ``IntentLog`` under ``<root>/@pipeline/intents/``, written, and the log is
-  removed. A driver that dies in between leaves the log behind, and
-  ``recover`` (run before every read and write of the data source on that
-  root) writes it again: writing an ACK twice is harmless.
+  an intent log (a ``JournalIntentLog``), written, and the log is removed. A
+  driver that dies in between leaves the log behind, and ``recover`` (run
+  before every read and write of the data source) writes it again: writing
+  an ACK twice is harmless.
 - ``abort_job``: the roll-back intents are written, so readers drop the rows
   at once instead of waiting for an ACK that never comes.
 
 An attempt that fails rolls its own transaction back before it re-raises.
 One that dies without doing so (killed: Spark kills the running attempts of
-a job that failed, and the losers of speculation) is rolled back by the
-driver: before it first publishes to a journal, an attempt records the
-roll-back ACK of its transaction there, durably, under
-``<root>/@pipeline/attempts/<job>/``; when the driver commits or aborts the
-job, it writes the roll-backs recorded by every attempt it did not commit,
-and removes the job's records. Attempts Spark ran twice (speculation) count
-once: only the intents of the attempt Spark reports are written. (An attempt
-that goes on writing after its job ended, which Spark should not let happen,
-can still leave a transaction open.)
+a job that failed, and the losers of speculation; or its executor died) is
+rolled back by the driver: before it first publishes to a journal, an
+attempt records the roll-back ACK of its transaction there, durably, in the
+job's attempts journal; when the driver commits or aborts the job, it writes
+the roll-backs recorded by every attempt it did not commit, and ends the
+job. Attempts Spark ran twice (speculation) count once: only the intents of
+the attempt Spark reports are written. An attempt that starts after its job
+ended finds no attempts journal and fails (``JobEndedError``).
 
 Streaming sinks also remember, per sink, the last micro-batch they
-committed (``<root>/@pipeline/sinks/``), so that a batch Spark replays after
-a restart is rolled back instead of committed twice.
+committed, so that a batch Spark replays after a restart is rolled back
+instead of committed twice.
+
+**Where this state lives.** In journals of the same store as the data, under
+``.exactly/pipeline/`` (``STATE_PREFIX``): ``intents/<id>`` (one journal per
+commit in progress), ``attempts/<job>`` (the roll-backs attempts recorded),
+``sinks/<sink>`` (a streaming sink's batches). On a Gazette cluster that is
+what every executor and the driver reach anyway, with nothing shared but the
+network; the same code serves the embedded store, where they are journals
+under ``root``. Spark's checkpoint location was the other candidate: only
+streaming queries have one, and executors' Python workers cannot write to
+it (HDFS, S3) without Hadoop's clients.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import logging
-import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 
 import orjson
 import pyarrow as pa
 
 from framing import CONTENT_TYPE_CSV, CONTENT_TYPE_JSON_LINES, framing_by_content_type
-from journal import JournalClient, JournalSpec, LocalJournalStore
-from journal._files import fsync_dir
+from journal import JournalClient, JournalNotFoundError, JournalSpec, JournalStore
 from message import (
     AckIntent,
     Clock,
     Flags,
-    IntentLog,
+    JournalIntentLog,
     MappingFunc,
     Message,
     Publisher,
@@ -62,17 +67,16 @@ from message import (
     rendezvous_mapping,
     write_intents,
 )
-from message._transaction import write_durably
 
 from ._content import ContentSpec
+from ._stores import STATE_PREFIX, StoreOptions, read_all
 
 log = logging.getLogger("pipeline")
 
-STATE_DIR: Final = "@pipeline"  # "@" is outside the journal-name alphabet
-
-
-def state_dir(root: str | os.PathLike[str], *parts: str) -> Path:
-    return Path(root, STATE_DIR, *parts)
+INTENTS: Final = STATE_PREFIX + "intents/"
+ATTEMPTS: Final = STATE_PREFIX + "attempts/"
+SINKS: Final = STATE_PREFIX + "sinks/"
+_STATE_LABELS: Final = {"content-type": CONTENT_TYPE_JSON_LINES, "exactly.state": "pipeline"}
 
 
 @dataclass(slots=True)
@@ -88,9 +92,10 @@ class PublishedBatch:
 @dataclass(frozen=True, slots=True)
 class Target:
     """Where rows go: one journal, or the journals of a selector, picked by
-    hashing the ``key`` column (``modulo`` or ``rendezvous``)."""
+    hashing the ``key`` column (``modulo`` or ``rendezvous``), in ``store``
+    (a ``StoreOptions``, or a store directory)."""
 
-    root: str
+    store: StoreOptions | str
     journal: str | None = None
     selector: str | None = None
     key: str | None = None
@@ -99,6 +104,8 @@ class Target:
     content: ContentSpec = field(default_factory=ContentSpec)
 
     def __post_init__(self) -> None:
+        if isinstance(self.store, str):
+            object.__setattr__(self, "store", StoreOptions.of({"root": self.store}))
         if (self.journal is None) == (self.selector is None):
             raise ValueError("give exactly one of the options journal and selector")
         if self.selector is not None and not self.key:
@@ -106,10 +113,16 @@ class Target:
         if self.mapping not in ("modulo", "rendezvous"):
             raise ValueError(f"mapping must be modulo or rendezvous, not {self.mapping!r}")
 
+    @property
+    def options(self) -> StoreOptions:
+        assert isinstance(self.store, StoreOptions)
+        return self.store
+
     def partitions(self, client: JournalClient) -> list[JournalSpec]:
         if self.journal is not None:
             return [client.get(self.journal)]
-        specs = client.list(self.selector or "")
+        specs = [s for s in client.list(self.selector or "")
+                 if not s.name.startswith(STATE_PREFIX)]
         if not specs:
             raise ValueError(f"no journal matches the selector {self.selector!r}")
         return specs
@@ -168,24 +181,80 @@ class JobEndedError(RuntimeError):
     """A write task ran after the driver ended its job."""
 
 
-def attempts_dir(root: str | os.PathLike[str], job: str) -> Path:
-    """Where the attempts of write job ``job`` record their roll-backs."""
-    return state_dir(root, "attempts", job)
+# -- state journals -------------------------------------------------------------------
 
 
-def start_job(root: str, job: str) -> None:
-    """Make the directory the job's attempts record their roll-backs in
-    (durably: an attempt's record must not vanish with its directory)."""
-    path = attempts_dir(root, job)
-    path.mkdir(parents=True, exist_ok=True)
-    for d in (path.parent, path.parent.parent):
-        fsync_dir(str(d))
+def _records(client: JournalClient, name: str) -> list[dict[str, Any]]:
+    """The NDJSON records of state journal ``name`` (none if it does not exist)."""
+    try:
+        with client.read(name) as r:
+            data = read_all(r)
+    except JournalNotFoundError:
+        return []
+    out = []
+    for line in data.splitlines():
+        try:
+            doc = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            log.warning("ignoring an unreadable record of %s: %r", name, line[:80])
+            continue
+        if isinstance(doc, dict):
+            out.append(doc)
+    return out
+
+
+def _last_record(client: JournalStore, name: str) -> dict[str, Any] | None:
+    """The last record of state journal ``name``, reading only its tail."""
+    try:
+        head = client.head(name)
+    except JournalNotFoundError:
+        return None
+    window = 1 << 16
+    while head:
+        start = max(0, head - window)
+        with client.read(name, start, head) as r:
+            data = read_all(r)
+        lines = data.rstrip(b"\n").split(b"\n")
+        if start == 0 or len(lines) > 1:  # the last line is whole
+            try:
+                doc = orjson.loads(lines[-1])
+            except orjson.JSONDecodeError:
+                return None
+            return doc if isinstance(doc, dict) else None
+        window *= 4
+    return None
+
+
+def _append_record(client: JournalClient, name: str, doc: dict[str, Any]) -> None:
+    """Append ``doc`` to state journal ``name`` and wait until it is durable."""
+    client.append(name, orjson.dumps(doc) + b"\n").result()
+
+
+def _b64(pairs: Iterable[tuple[str, bytes]]) -> list[list[str]]:
+    return [[j, base64.b64encode(b).decode()] for j, b in pairs]
+
+
+def _unb64(pairs: Iterable[Any]) -> list[AckIntent]:
+    return [AckIntent(str(j), base64.b64decode(b)) for j, b in pairs]
+
+
+# -- jobs and their attempts ------------------------------------------------------------
+
+
+def attempts_journal(job: str) -> str:
+    """The journal where the attempts of write job ``job`` record their roll-backs."""
+    return ATTEMPTS + job
+
+
+def start_job(client: JournalStore, job: str) -> None:
+    """Create the journal the job's attempts record their roll-backs in."""
+    client.create(attempts_journal(job), _STATE_LABELS)
 
 
 def publish_rows(
     target: Target,
     batches: Iterable[pa.RecordBatch],
-    client: JournalClient | None = None,
+    client: JournalStore | None = None,
     *,
     job: str | None = None,
 ) -> PublishedBatch:
@@ -194,18 +263,21 @@ def publish_rows(
     With a ``job`` (see ``start_job``), the roll-back of each journal is
     recorded durably before the first message to it is published."""
     own = client is None
-    store: JournalClient = LocalJournalStore(target.root) if client is None else client
+    store: JournalStore = target.options.open() if client is None else client
     # A clock of our own, which only publishing moves (one tick a message):
     # the first message to a journal gets the clock after the one recorded.
     clock = Clock()
     publisher = Publisher(store, clock)
     producer = publisher.producer_id
-    record = None if job is None else attempts_dir(target.root, job) / f"{producer.hex()}.json"
+    record = None if job is None else attempts_journal(job)
     rollbacks: dict[str, bytes] = {}  # per journal, the ACK that rolls this attempt back
     rows = 0
     try:
-        if record is not None and not record.parent.is_dir():
-            raise JobEndedError(f"write job {job} has ended")
+        if record is not None:
+            try:
+                store.get(record)
+            except JournalNotFoundError:
+                raise JobEndedError(f"write job {job} has ended") from None
         ct: str | None = None
         mapping: _Mapped | None = None
         for batch in batches:
@@ -219,7 +291,7 @@ def publish_rows(
                 if journal not in rollbacks:
                     rollbacks[journal] = _rollback(store, producer, journal, msg, clock.value)
                     if record is not None:
-                        write_durably(record, _encode(rollbacks), create_dirs=False)
+                        _record_rollbacks(store, record, producer, rollbacks)
                 publisher.publish_uncommitted(mapping, msg)
                 rows += 1
         store.flush()  # every message durable before its ACK can be written
@@ -227,8 +299,9 @@ def publish_rows(
     except BaseException:
         try:
             write_intents(store, [AckIntent(j, b) for j, b in rollbacks.items()])
-            if record is not None:
-                record.unlink(missing_ok=True)  # rolled back: nothing left to the driver
+            if record is not None and rollbacks:
+                # Rolled back: nothing left to the driver.
+                _record_rollbacks(store, record, producer, {})
         except Exception:
             log.exception("rolling back a failed write task")
         raise
@@ -243,6 +316,16 @@ def publish_rows(
     )
 
 
+def _record_rollbacks(
+    client: JournalClient, record: str, producer: bytes, rollbacks: dict[str, bytes]
+) -> None:
+    try:
+        _append_record(client, record,
+                       {"producer": producer.hex(), "rollbacks": _b64(rollbacks.items())})
+    except JournalNotFoundError:
+        raise JobEndedError(f"write job of {record} has ended") from None
+
+
 def _rollback(client: JournalClient, producer: bytes, journal: str, msg: Message,
               clock: int) -> bytes:
     """The roll-back ACK of a fresh producer's transaction in ``journal``,
@@ -254,45 +337,48 @@ def _rollback(client: JournalClient, producer: bytes, journal: str, msg: Message
     return framing_by_content_type(ct).marshal(ack)
 
 
-def _encode(rollbacks: dict[str, bytes]) -> bytes:
-    return orjson.dumps([[j, base64.b64encode(b).decode()] for j, b in rollbacks.items()])
-
-
 def _unreported_rollbacks(
-    root: str, job: str | None, reported: Iterable[PublishedBatch | None]
+    client: JournalClient, job: str | None, reported: Iterable[PublishedBatch | None]
 ) -> list[AckIntent]:
-    """The roll-backs recorded by the job's attempts not in ``reported``."""
+    """The roll-backs recorded by the job's attempts not in ``reported``
+    (since the job's attempts journal last ended a batch)."""
     if job is None:
         return []
     keep = {m.producer for m in reported if m is not None}
-    out = []
-    path = attempts_dir(root, job)
-    for rec in sorted(path.glob("*.json")) if path.is_dir() else []:
-        if rec.stem in keep:
+    latest: dict[str, Any] = {}
+    for doc in _records(client, attempts_journal(job)):
+        if doc.get("end"):
+            latest.clear()  # a streaming sink's earlier micro-batch: settled
+        elif "producer" in doc:
+            latest[str(doc["producer"])] = doc.get("rollbacks") or []
+    out: list[AckIntent] = []
+    for producer, pairs in latest.items():
+        if producer in keep:
             continue
         try:
-            out += [AckIntent(j, base64.b64decode(b)) for j, b in orjson.loads(rec.read_bytes())]
-        except (OSError, ValueError, TypeError) as exc:
-            log.warning("ignoring the unreadable attempt record %s: %s", rec, exc)
+            out += _unb64(pairs)
+        except (TypeError, ValueError) as exc:
+            log.warning("ignoring the unreadable attempt record of %s: %s", producer, exc)
     if out:
         log.info("job %s: rolling back %d transactions of attempts that did not report",
                  job, len(out))
     return out
 
 
-def end_job(root: str, job: str | None, *, keep_dir: bool = False) -> None:
-    """Forget the job's attempt records (all rolled back or committed)."""
+def end_job(client: JournalStore, job: str | None, *, keep: bool = False) -> None:
+    """Forget the job's attempt records (all rolled back or committed): remove
+    its attempts journal, or, to ``keep`` it (a streaming sink's), mark what
+    it holds as settled."""
     if job is None:
         return
-    path = attempts_dir(root, job)
-    if not path.is_dir():
-        return
-    for rec in path.glob("*.json"):
-        rec.unlink(missing_ok=True)
-    if not keep_dir:
-        with contextlib.suppress(OSError):
-            path.rmdir()
-    fsync_dir(str(path.parent))
+    name = attempts_journal(job)
+    try:
+        if keep:
+            _append_record(client, name, {"end": True})
+        else:
+            client.delete(name)
+    except JournalNotFoundError:
+        pass
 
 
 def _intents(batches: Iterable[PublishedBatch | None], attr: str) -> list[AckIntent]:
@@ -300,58 +386,49 @@ def _intents(batches: Iterable[PublishedBatch | None], attr: str) -> list[AckInt
 
 
 def commit_job(
-    root: str, messages: Iterable[PublishedBatch | None], job: str | None = None
+    client: JournalStore, messages: Iterable[PublishedBatch | None], job: str | None = None
 ) -> int:
     """Commit the write job's transactions (see the module docstring), and
     roll back those of its attempts that did not report; returns how many
     ACK intents were written to commit."""
     messages = list(messages)
     intents = _intents(messages, "intents")
-    rollbacks = _unreported_rollbacks(root, job, messages)
-    if intents or rollbacks:
-        with LocalJournalStore(root) as store:
-            if intents:
-                ilog = IntentLog(state_dir(root, "intents", f"{uuid.uuid4().hex}.json"))
-                ilog.save(intents)
-                write_intents(store, intents)
-                ilog.clear()
-            write_intents(store, rollbacks)
-    end_job(root, job)
+    rollbacks = _unreported_rollbacks(client, job, messages)
+    if intents:
+        ilog = JournalIntentLog(client, f"{INTENTS}{uuid.uuid4().hex}")
+        ilog.save(intents)
+        write_intents(client, intents)
+        ilog.clear()
+    write_intents(client, rollbacks)
+    end_job(client, job)
     return len(intents)
 
 
 def abort_job(
-    root: str, messages: Iterable[PublishedBatch | None], job: str | None = None,
-    *, keep_dir: bool = False,
+    client: JournalStore, messages: Iterable[PublishedBatch | None], job: str | None = None,
+    *, keep: bool = False,
 ) -> int:
     """Roll back the transactions of the job's attempts, those that reported
     and those that recorded theirs; returns how many roll-backs were written."""
     messages = list(messages)
-    rollbacks = _intents(messages, "rollbacks") + _unreported_rollbacks(root, job, messages)
-    if rollbacks:
-        with LocalJournalStore(root) as store:
-            write_intents(store, rollbacks)
-    end_job(root, job, keep_dir=keep_dir)
+    rollbacks = _intents(messages, "rollbacks") + _unreported_rollbacks(client, job, messages)
+    write_intents(client, rollbacks)
+    end_job(client, job, keep=keep)
     return len(rollbacks)
 
 
-def recover(root: str) -> int:
-    """Write the ACK intents that a driver which died while committing left
-    under ``root``; returns how many intents were written."""
-    n = 0
-    intents = state_dir(root, "intents")
-    sinks = state_dir(root, "sinks")
-    logs = sorted(intents.glob("*.json")) if intents.is_dir() else []
-    pending = sorted(sinks.glob("*.pending")) if sinks.is_dir() else []
-    if not logs and not pending:
-        return 0
-    with LocalJournalStore(root) as store:
-        for path in logs:
-            n += IntentLog(path).recover(store)
-        for path in pending:
-            n += _SinkState(root, path.stem).recover(store)
+def recover(store: JournalStore | str) -> int:
+    """Write the ACK intents of commits that a driver which died while
+    committing left in ``store`` (a client, or a store directory); returns
+    how many intents were written."""
+    if isinstance(store, str):
+        with StoreOptions.of({"root": store}).open(create=True) as client:
+            return recover(client)
+    n = JournalIntentLog.recover_all(store, INTENTS)
+    for spec in store.list(f"prefix={SINKS}"):
+        n += _SinkState(store, spec.name[len(SINKS):]).recover()
     if n:
-        log.warning("%s: re-wrote %d ACK intents of an interrupted commit", root, n)
+        log.warning("re-wrote %d ACK intents of an interrupted commit", n)
     return n
 
 
@@ -366,38 +443,35 @@ def sink_id_of(target: Target) -> str:
 
 class _SinkState:
     """The last micro-batch a streaming sink committed, and the one it is
-    committing (``<id>.pending``: its batch ID and ACK intents)."""
+    committing: records ``{"batch_id", "intents"}`` (being committed) and
+    ``{"batch_id", "done": true}`` in the sink's state journal, the last one
+    telling where it stands."""
 
-    def __init__(self, root: str, sink_id: str) -> None:
-        self.root = root
-        base = state_dir(root, "sinks")
-        self.done = base / f"{sink_id}.json"
-        self.pending = base / f"{sink_id}.pending"
+    def __init__(self, client: JournalStore, sink_id: str) -> None:
+        self.client = client
+        self.name = SINKS + sink_id
 
     def last_batch(self) -> int:
-        try:
-            return int(orjson.loads(self.done.read_bytes())["batch_id"])
-        except FileNotFoundError:
-            return -1
+        doc = _last_record(self.client, self.name)
+        return int(doc["batch_id"]) if doc is not None else -1
 
-    def recover(self, client: JournalClient) -> int:
-        try:
-            doc = orjson.loads(self.pending.read_bytes())
-        except FileNotFoundError:
+    def recover(self) -> int:
+        """Finish a batch whose commit a crash cut short; returns how many
+        intents that wrote."""
+        doc = _last_record(self.client, self.name)
+        if doc is None or doc.get("done"):
             return 0
-        intents = [AckIntent(j, base64.b64decode(b)) for j, b in doc["intents"]]
-        write_intents(client, intents)
-        write_durably(self.done, orjson.dumps({"batch_id": doc["batch_id"]}))
-        self.pending.unlink(missing_ok=True)
+        intents = _unb64(doc.get("intents") or [])
+        write_intents(self.client, intents)
+        _append_record(self.client, self.name, {"batch_id": doc["batch_id"], "done": True})
         return len(intents)
 
-    def commit(self, client: JournalClient, batch_id: int, intents: list[AckIntent]) -> None:
-        doc = {
-            "batch_id": batch_id,
-            "intents": [(i.journal, base64.b64encode(i.intent).decode()) for i in intents],
-        }
-        write_durably(self.pending, orjson.dumps(doc))
-        self.recover(client)
+    def commit(self, batch_id: int, intents: list[AckIntent]) -> None:
+        self.client.create(self.name, _STATE_LABELS)
+        _append_record(self.client, self.name,
+                       {"batch_id": batch_id, "intents": _b64((i.journal, i.intent)
+                                                              for i in intents)})
+        self.recover()
 
 
 def sink_job(sink_id: str) -> str:
@@ -408,7 +482,7 @@ def sink_job(sink_id: str) -> str:
 
 
 def commit_stream_batch(
-    target: Target, sink_id: str, batch_id: int, messages: Iterable[PublishedBatch | None]
+    client: JournalStore, sink_id: str, batch_id: int, messages: Iterable[PublishedBatch | None]
 ) -> bool:
     """Commit micro-batch ``batch_id`` of a streaming sink once: a batch Spark
     replays after a restart, already committed, is rolled back instead.
@@ -416,28 +490,25 @@ def commit_stream_batch(
     was committed now."""
     messages = list(messages)
     job = sink_job(sink_id)
-    with LocalJournalStore(target.root) as store:
-        state = _SinkState(target.root, sink_id)
-        state.recover(store)
-        last = state.last_batch()
-        if batch_id == last:
-            write_intents(store, _intents(messages, "rollbacks"))
-            log.info("sink %s: batch %d was already committed; rolled back its replay",
-                     sink_id, batch_id)
-            committed = False
-        else:
-            if batch_id < last:
-                # Spark only replays its latest batch: a smaller ID means a new
-                # query (a new checkpoint location) writing to the same sink.
-                log.warning("sink %s: batch %d follows batch %d: a new query, committing",
-                            sink_id, batch_id, last)
-            state.commit(store, batch_id, _intents(messages, "intents"))
-            committed = True
-        write_intents(store, _unreported_rollbacks(target.root, job, messages))
-    end_job(target.root, job, keep_dir=True)
+    state = _SinkState(client, sink_id)
+    state.recover()
+    last = state.last_batch()
+    if batch_id == last:
+        write_intents(client, _intents(messages, "rollbacks"))
+        log.info("sink %s: batch %d was already committed; rolled back its replay",
+                 sink_id, batch_id)
+        committed = False
+    else:
+        if batch_id < last:
+            # Spark only replays its latest batch: a smaller ID means a new
+            # query (a new checkpoint location) writing to the same sink.
+            log.warning("sink %s: batch %d follows batch %d: a new query, committing",
+                        sink_id, batch_id, last)
+        state.commit(batch_id, _intents(messages, "intents"))
+        committed = True
+    write_intents(client, _unreported_rollbacks(client, job, messages))
+    end_job(client, job, keep=True)
     return committed
-
-
 
 
 def iter_batches(iterator: Iterator[Any]) -> Iterator[pa.RecordBatch]:

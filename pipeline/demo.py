@@ -1,13 +1,17 @@
-"""The end-to-end demo behind ``exactly demo``.
+"""The end-to-end demo behind ``exactly demo`` (and ``exactly demo --cluster``).
 
-1. Creates a journal store (``./demo-store`` by default) with four
-   ``clicks/part-*`` journals.
+1. Creates four ``clicks/part-*`` journals: in a journal store
+   (``./demo-store`` by default), or on a Gazette cluster (``where``; the
+   command line's ``--cluster`` starts a local one, and a Spark standalone
+   cluster for the job, and stops them afterwards).
 2. Runs producer *processes* at once: two publishing committed clicks, one
    publishing transactions (a third of them aborted), and one killed with
    SIGKILL in the middle of a transaction. Then re-appends a few hundred
    frames, as an at-least-once client retrying appends would.
 3. Runs the Spark job: read committed, views per page and per session,
-   latest state per session (a logout deletes it), written as Parquet.
+   latest state per session (a logout deletes it), written as Parquet. On the
+   clusters, its executors are processes of the Spark workers, reading the
+   journals through the brokers and the fragment store.
 4. Prints what each producer says it committed against what Spark computed,
    and what a naive read would have said.
 """
@@ -28,7 +32,7 @@ from typing import Any, Final, TextIO
 
 import orjson
 
-from journal import LocalJournalStore
+from ._stores import StoreOptions
 
 _MARKER = "@demo"  # marks a directory this demo created, so a re-run may replace it
 _PARTS = 4
@@ -39,13 +43,14 @@ PROGRESS_SECONDS: Final = 5.0
 _SAY = threading.Lock()
 
 
-def _say(out: TextIO, t0: float, text: str) -> None:
+def say(out: TextIO, t0: float, text: str) -> None:
+    """One line of the demo's story, with the seconds since ``t0``."""
     with _SAY:  # lines come from the progress thread too
         out.write(f"[{time.monotonic() - t0:5.1f}s] {text}\n")
         out.flush()
 
 
-class _Progress:
+class Progress:
     """Says every ``every`` seconds, while its block runs, what is going on: the
     progress of Spark's active stages (from its status tracker) when there
     are any, else that ``what`` is still going on. Never a silent minute."""
@@ -57,7 +62,7 @@ class _Progress:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="demo-progress", daemon=True)
 
-    def __enter__(self) -> _Progress:
+    def __enter__(self) -> Progress:
         self.started = time.monotonic()
         self._thread.start()
         return self
@@ -70,7 +75,7 @@ class _Progress:
         while not self._stop.wait(self.every):
             stages = self._stages()
             waited = time.monotonic() - self.started
-            _say(self.out, self.t0, stages or f"... {self.what} ({waited:.0f}s so far)")
+            say(self.out, self.t0, stages or f"... {self.what} ({waited:.0f}s so far)")
 
     def _stages(self) -> str:
         if self.spark is None:
@@ -92,7 +97,8 @@ class _Progress:
         return ("Spark: " + "; ".join(parts)) if parts else ""
 
 
-def _prepare(root: Path) -> None:
+def prepare(root: Path) -> None:
+    """Make ``root`` the demo's directory (replacing a demo's earlier one)."""
     if root.exists() and any(root.iterdir()):
         # Either demo's store (`--quick` marks its own with @quick-demo) may go.
         if not ((root / _MARKER).exists() or (root / "@quick-demo").exists()):
@@ -100,25 +106,29 @@ def _prepare(root: Path) -> None:
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
     (root / _MARKER).write_text("created by `exactly demo`; safe to delete\n")
-    with LocalJournalStore(root / "journals") as store:
+
+
+def _create_journals(where: StoreOptions) -> None:
+    with where.open(create=True) as store:
         for i in range(_PARTS):
             store.create(
                 f"clicks/part-{i}", {"content-type": "application/x-ndjson", "app": "clicks"}
             )
 
 
-def _producer(journals: Path, role: str, seed: int) -> subprocess.Popen[str]:
+def _producer(where: StoreOptions, role: str, seed: int) -> subprocess.Popen[str]:
+    target = where.broker or str(where.root)
     return subprocess.Popen(
-        [sys.executable, "-m", "pipeline._demo_producer", str(journals), role, str(seed)],
+        [sys.executable, "-m", "pipeline._demo_producer", target, role, str(seed)],
         stdout=subprocess.PIPE, text=True,
     )
 
 
-def _duplicate_frames(journals: Path, rng: random.Random, count: int) -> int:
+def _duplicate_frames(where: StoreOptions, rng: random.Random, count: int) -> int:
     """Append ``count`` copies of existing frames (whole transactions' runs
     included): what a client retrying appends it was unsure of would do."""
     n = 0
-    with LocalJournalStore(journals) as store:
+    with where.open() as store:
         for spec in store.list("app=clicks"):
             with store.read(spec.name, 0, store.head(spec.name)) as r:
                 data = r.read(1 << 30) if store.head(spec.name) else b""
@@ -140,28 +150,43 @@ def _duplicate_frames(journals: Path, rng: random.Random, count: int) -> int:
 def run_demo(
     store: Path | None = None,
     *,
+    where: StoreOptions | None = None,
+    master: str | None = None,
     out: TextIO = sys.stdout,
     progress_every: float = PROGRESS_SECONDS,
+    prepared: bool = False,
 ) -> int:
-    """Run the demo in ``store`` (default ``./demo-store``); returns an exit status
-    (0 when every computed figure matches what the producers committed).
-    While Spark starts and works, a line says what it is doing every
-    ``progress_every`` seconds."""
+    """Run the demo in ``store`` (default ``./demo-store``); returns an exit
+    status (0 when every computed figure matches what the producers
+    committed). The journals live in a store under ``store``, or where
+    ``where`` says (a Gazette cluster); Spark runs locally, or on the
+    cluster at ``master``. While anything slow runs, a line says what it is
+    doing every ``progress_every`` seconds. ``prepared``: ``store`` was made
+    ready by the caller (``prepare``)."""
     t0 = time.monotonic()
     # Absolute: Spark's JVM and workers resolve relative paths on their own.
     root = (Path(store) if store is not None else Path("demo-store")).resolve()
-    journals = root / "journals"
-    _prepare(root)
-    _say(out, t0, f"journal store: {root.resolve()}")
+    if not prepared:
+        prepare(root)
+    if where is None:
+        where = StoreOptions(root=str(root / "journals"))
+        say(out, t0, f"journal store: {where.root}")
+    return _story(where, root, out, t0, progress_every, master=master)
+
+
+def _story(where: StoreOptions, root: Path, out: TextIO, t0: float, progress_every: float,
+           master: str | None) -> int:
+    """Producers, a SIGKILL, duplicates, then the Spark job and its check."""
+    _create_journals(where)
 
     # -- producers ---------------------------------------------------------
-    killed = _producer(journals, "killed", 99)
+    killed = _producer(where, "killed", 99)
     procs = {
-        "committed #1": _producer(journals, "committed", 1),
-        "committed #2": _producer(journals, "committed", 2),
-        "transactions": _producer(journals, "transactions", 3),
+        "committed #1": _producer(where, "committed", 1),
+        "committed #2": _producer(where, "committed", 2),
+        "transactions": _producer(where, "transactions", 3),
     }
-    _say(out, t0, f"started {len(procs) + 1} producer processes (pids "
+    say(out, t0, f"started {len(procs) + 1} producer processes (pids "
          f"{', '.join(str(p.pid) for p in [*procs.values(), killed])})")
     assert killed.stdout is not None
     if killed.stdout.readline().strip() != "ready":
@@ -169,19 +194,19 @@ def run_demo(
     os.kill(killed.pid, signal.SIGKILL)
     killed.wait()
     killed.stdout.close()
-    _say(out, t0, f"killed producer {killed.pid} with SIGKILL in the middle of a "
+    say(out, t0, f"killed producer {killed.pid} with SIGKILL in the middle of a "
          "500-click transaction")
     reports: dict[str, Any] = {}
-    with _Progress(out, t0, "producers publishing", every=progress_every):
+    with Progress(out, t0, "producers publishing", every=progress_every):
         for name, proc in procs.items():
-            stdout, _ = proc.communicate(timeout=120)
+            stdout, _ = proc.communicate(timeout=300)
             if proc.returncode != 0:
                 raise RuntimeError(f"producer {name} failed with status {proc.returncode}")
             reports[name] = orjson.loads(stdout.strip().splitlines()[-1])
-            _say(out, t0, f"producer {name} done: {sum(reports[name]['pages'].values())} "
+            say(out, t0, f"producer {name} done: {sum(reports[name]['pages'].values())} "
                  "clicks committed")
-    dups = _duplicate_frames(journals, random.Random(5), 200)
-    _say(out, t0, f"re-appended {dups} runs of existing frames (at-least-once retries)")
+    dups = _duplicate_frames(where, random.Random(5), 200)
+    say(out, t0, f"re-appended {dups} runs of existing frames (at-least-once retries)")
 
     expected_pages: Counter[str] = Counter()
     expected_sessions: Counter[str] = Counter()
@@ -193,21 +218,36 @@ def run_demo(
     live = {s: p for s, p in final.items() if p is not None}
 
     # -- the Spark job -----------------------------------------------------
-    _say(out, t0, "starting Spark (local, 2 cores; its JVM takes a while to start)")
-    with _Progress(out, t0, "starting Spark", every=progress_every):
+    import pipeline
+
+    if master is None:
+        say(out, t0, "starting Spark (local, 2 cores; its JVM takes a while to start)")
+    else:
+        say(out, t0, "starting the Spark application (its executors are the workers'"
+             " JVMs; they take a while to start)")
+    with Progress(out, t0, "starting Spark", every=progress_every):
         from pyspark.sql import functions as F  # noqa: N812 -- the usual alias
 
-        import pipeline
-
-        spark = pipeline.local_session("local[2]", app="exactly-demo")
-    _say(out, t0, "Spark is up; reading committed clicks")
-    with _Progress(out, t0, "Spark working", spark=spark, every=progress_every):
-        return _spark_job(spark, F, root, out, t0, expected_pages, expected_sessions, live)
+        spark = (
+            pipeline.local_session("local[2]", app="exactly-demo") if master is None
+            else pipeline.cluster_session(
+                master, app="exactly-demo", driver_host="127.0.0.1",
+                conf={"spark.executor.memory": "512m", "spark.cores.max": "2"})
+        )
+    say(out, t0, "Spark is up; reading committed clicks")
+    try:
+        with Progress(out, t0, "Spark working", spark=spark, every=progress_every):
+            return _spark_job(spark, F, where, root, out, t0, expected_pages,
+                              expected_sessions, live)
+    finally:
+        if master is not None:
+            spark.stop()
 
 
 def _spark_job(
     spark: Any,
     F: Any,  # noqa: N803 -- pyspark.sql.functions, as usually named
+    where: StoreOptions,
     root: Path,
     out: TextIO,
     t0: float,
@@ -218,9 +258,9 @@ def _spark_job(
     """The Spark job, then the verification of what it computed."""
     import pipeline
 
-    journals = root / "journals"
-    opts = {"root": str(journals), "selector": "app=clicks",
-            "schema": "session string, page string, ms long"}
+    store = ({"root": where.root} if where.root is not None
+             else {"broker": where.broker, "file_root": where.file_root or ""})
+    opts = {**store, "selector": "app=clicks", "schema": "session string, page string, ms long"}
     committed = spark.read.format("journal").options(**opts).load()  # no ACK rows
     committed = committed.cache()
     views = committed.where(F.col("page").isNotNull())
@@ -229,13 +269,13 @@ def _spark_job(
     out_dir = root / "parquet"
     per_page.write.mode("overwrite").parquet(str(out_dir / "views_per_page"))
     per_session.write.mode("overwrite").parquet(str(out_dir / "views_per_session"))
-    _say(out, t0, f"wrote views per page and per session to {out_dir}")
+    say(out, t0, f"wrote views per page and per session to {out_dir}")
     latest = pipeline.materialize_latest(
         committed.select("session", "page", "ms", "journal", "commit_offset", "begin",
                          "publish_time"),
         "session", str(out_dir / "latest_per_session"),
     )
-    _say(out, t0, f"wrote the latest state per session to {out_dir / 'latest_per_session'}")
+    say(out, t0, f"wrote the latest state per session to {out_dir / 'latest_per_session'}")
 
     got_pages = {r["page"]: r["count"] for r in per_page.collect()}
     got_sessions = {r["session"]: r["count"] for r in per_session.collect()}
@@ -271,8 +311,12 @@ def _spark_job(
         f"  read-uncommitted + dropDuplicates    {naive_dedup:>8}"
         f"   (+{naive_dedup - total}: aborted and killed transactions remain)\n\n"
     )
-    _say(out, t0, "demo " + ("passed" if ok else "FAILED") + f"; store left in {root}"
-         f" (its journals: exactly --root {root / 'journals'} journals list)")
+    if where.root is not None:
+        say(out, t0, "demo " + ("passed" if ok else "FAILED") + f"; store left in {root}"
+             f" (its journals: exactly --root {where.root} journals list)")
+    else:
+        say(out, t0, "demo " + ("passed" if ok else "FAILED") + f"; Parquet output in"
+             f" {root / 'parquet'}")
     return 0 if ok else 1
 
 

@@ -1,6 +1,6 @@
 """Regenerate the Python modules of the ``.proto`` files in this folder.
 
-Run ``python -m proto.generate`` (needs the ``test`` extra for grpcio-tools).
+Run ``python proto/generate.py`` (needs the ``test`` extra for grpcio-tools).
 ``--check`` exits 1 when a committed module differs from what protoc makes.
 """
 
@@ -18,8 +18,8 @@ ROOT = HERE.parent
 #: inside the package that uses them.
 DESTINATIONS = {
     "broker.proto": "journal/_gazette",
-    "checkpoint.proto": "proto",
-    "examples.proto": "proto",
+    "checkpoint.proto": "message/_proto",
+    "examples.proto": "tests",  # example messages of the tests
 }
 
 

@@ -2,17 +2,52 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import secrets
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, cast
+from typing import TYPE_CHECKING, Any, Final, NoReturn, cast
 
 import pytest
 
 if TYPE_CHECKING:
     from exactly.localcluster import Binaries, GazetteCluster
+
+# Without the spark extra (pyspark, pyarrow), the Spark tests are skipped with
+# this reason, and the modules that import the pipeline at their top are not
+# collected at all (importing them would fail).
+def _missing(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is None
+    except ImportError:
+        return True
+
+
+SPARK_MISSING: Final = _missing("pyspark") or _missing("pyarrow")
+SPARK_REASON: Final = (
+    "Spark tests need the spark extra (pip install '.[spark]'): pyspark or pyarrow is missing"
+)
+_IMPORT_THE_PIPELINE: Final = frozenset({
+    "test_pipeline_demo.py", "test_pipeline_scan.py", "test_spark_gazette.py",
+    "test_spark_source.py",
+})
+_not_collected: set[str] = set()
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if SPARK_MISSING and collection_path.name in _IMPORT_THE_PIPELINE:
+        _not_collected.add(collection_path.name)
+        return True
+    return None
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _not_collected:
+        terminalreporter.write_line(
+            f"{len(_not_collected)} Spark test modules not collected: {SPARK_REASON}"
+        )
 
 
 @pytest.fixture(scope="session")
@@ -133,6 +168,20 @@ def gazette_cluster(gazette_binaries: Binaries,
     _gazette_unavailable(reason)
 
 
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Spark standalone cluster for the whole run: a master and two
+    workers (one core each) on 127.0.0.1, started from the installed pyspark;
+    stopped, executors included, by PID at the end."""
+    pytest.importorskip("pyspark")
+    from exactly.localcluster import SparkCluster
+
+    cluster = SparkCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2)
+    cluster.start()
+    yield cluster
+    cluster.stop(grace=2.0)
+
+
 @pytest.fixture
 def gazette_prefix(gazette_cluster: GazetteCluster, request: pytest.FixtureRequest) -> str:
     """A journal-name prefix of this test alone (``t/<test>-<random>/``), so
@@ -159,8 +208,13 @@ def gazette_interop(request: pytest.FixtureRequest, gazette_binaries: Binaries) 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test using a Gazette fixture carries the `gazette` marker, so that
-    `-m "not gazette"` leaves them out."""
+    `-m "not gazette"` leaves them out; without the spark extra, Spark tests
+    are skipped, with the reason."""
     gazette = {"gazette_binaries", "gazette_cluster", "gazette_prefix", "gazette_interop"}
+    spark = {"spark", "spark_cluster"}
     for item in items:
-        if gazette & set(getattr(item, "fixturenames", ())):
+        names = set(getattr(item, "fixturenames", ()))
+        if gazette & names:
             item.add_marker(pytest.mark.gazette)
+        if SPARK_MISSING and (spark & names or item.get_closest_marker("spark")):
+            item.add_marker(pytest.mark.skip(reason=SPARK_REASON))

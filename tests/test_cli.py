@@ -225,7 +225,7 @@ def test_append_csv_records(tmp_path: Path) -> None:
 def _proto_journal(root: Path) -> None:
     from journal import LocalJournalStore
     from message import Publisher, proto_message_type
-    from proto.examples_pb2 import PageView
+    from tests.examples_pb2 import PageView
 
     view = proto_message_type(PageView)
     ok(root, "journals", "create", "p/j", "--content-type", "proto")
@@ -240,10 +240,12 @@ def test_read_proto_class_from_the_working_directory(tmp_path: Path) -> None:
     even when the console script's directory is first on the path."""
     root = tmp_path / "store"
     _proto_journal(root)
-    (tmp_path / "mine_pb2.py").write_text("from proto.examples_pb2 import PageView as View\n")
+    # The generated module, as a user's own generated code beside their data.
+    (tmp_path / "mine_pb2.py").write_bytes(
+        (Path(__file__).resolve().parent / "examples_pb2.py").read_bytes())
     r = subprocess.run(
         [sys.executable, "-P", "-m", "exactly", "--root", str(root),
-         "read", "p/j", "--proto", "mine_pb2.View"],
+         "read", "p/j", "--proto", "mine_pb2.PageView"],
         capture_output=True, text=True, timeout=60, cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
@@ -251,7 +253,7 @@ def test_read_proto_class_from_the_working_directory(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("cls", ["json.dumps", "os.path", "google.protobuf.message.Message",
-                                 "proto.examples_pb2.Nope", "nope"])
+                                 "tests.examples_pb2.Nope", "nope"])
 def test_read_proto_class_that_is_not_one(tmp_path: Path, cls: str) -> None:
     """--proto naming something that is not a protobuf message class is one line."""
     root = tmp_path / "store"

@@ -80,3 +80,42 @@ def test_dependencies_flow_one_way() -> None:
                 for n in names:
                     top = n.split(".")[0]
                     assert top not in ("message", "pipeline"), f"{path} imports {n}"
+
+
+# The packages and what each may import: only the packages below it.
+LAYERS = {
+    "framing": set(),
+    "journal": {"framing"},
+    "message": {"framing", "journal"},
+    "pipeline": {"framing", "journal", "message"},
+    "exactly": {"framing", "journal", "message", "pipeline", "benchmarks"},
+    "benchmarks": {"framing", "journal", "message", "pipeline", "exactly"},
+}
+
+
+def _imports(path: object) -> list[tuple[int, str]]:
+    """``(line, module)`` of every absolute import of a module's source."""
+    import ast
+    from pathlib import Path
+
+    assert isinstance(path, Path)
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            out += [(node.lineno, node.module)]
+    return out
+
+
+def test_packages_import_only_the_packages_below_them() -> None:
+    """framing <- journal <- message <- pipeline <- exactly: no import runs up."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    for package, allowed in LAYERS.items():
+        for path in (root / package).rglob("*.py"):
+            for line, name in _imports(path):
+                top = name.split(".")[0]
+                if top in LAYERS and top != package:
+                    assert top in allowed, f"{path}:{line} imports {name}"

@@ -243,7 +243,8 @@ def test_persisted_fragments_are_read_from_the_file_store(
     """With file_root, persisted fragments are opened directly: a copy of
     the store with one byte changed shows the change, which no broker could."""
     name = gazette_prefix + "direct"
-    with GazetteClient(gazette_cluster.address) as c:
+    # Brokers list the store each refresh interval: a short one, not to wait.
+    with GazetteClient(gazette_cluster.address, refresh_interval=1) as c:
         c.create(name, NDJSON, fragment_length=1024)
         data = _append_in_pieces(c, name, 400)
         persisted = _wait_persisted(c, name, 2)
@@ -273,7 +274,7 @@ def test_fragments_the_client_cannot_open_are_read_through_brokers(
     """A file_root without the fragments (another machine's mount point):
     the same bytes, read through the brokers."""
     name = gazette_prefix + "proxied"
-    with GazetteClient(gazette_cluster.address) as c:
+    with GazetteClient(gazette_cluster.address, refresh_interval=1) as c:
         c.create(name, NDJSON, fragment_length=1024)
         data = b"".join(_append_in_pieces(c, name, 300))
         _wait_persisted(c, name, 1)

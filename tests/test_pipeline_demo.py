@@ -37,10 +37,45 @@ def test_progress_lines_say_what_is_going_on() -> None:
     """While a slow step runs, a line every few seconds says it is still going on."""
     import time
 
-    from pipeline.demo import _Progress
+    from pipeline.demo import Progress
 
     out = io.StringIO()
-    with _Progress(out, time.monotonic(), "starting Spark", every=0.05):
+    with Progress(out, time.monotonic(), "starting Spark", every=0.05):
         time.sleep(0.3)
     lines = out.getvalue().splitlines()
     assert len(lines) >= 3 and all("... starting Spark (" in line for line in lines)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_cluster_demo_runs_and_stops_everything(gazette_binaries: Any, tmp_path: Path) -> None:
+    """`exactly demo --cluster` starts a Gazette and a Spark standalone cluster,
+    tells the same story on them, passes its verification, shows progress, and
+    stops every process it started."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    store = tmp_path / "demo-cluster"
+    r = subprocess.run(
+        [sys.executable, "-m", "exactly", "demo", "--cluster", "--store", str(store)],
+        capture_output=True, text=True, timeout=900, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "demo passed" in r.stdout and "MISMATCH" not in r.stdout
+    assert "Gazette cluster up" in r.stdout and "Spark standalone cluster up" in r.stdout
+    assert "clusters stopped" in r.stdout
+    pids = []
+    gazette = json.loads((store / "gazette" / "cluster.json").read_text())
+    pids += [p["pid"] for p in [gazette["etcd"], *gazette["brokers"]]]
+    spark = json.loads((store / "spark" / "spark-cluster.json").read_text())
+    pids += [p["pid"] for p in [spark["master"], *spark["workers"]]]
+    for pid in pids:  # gone, or the PID reused by something else
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        assert not any(w in cmdline for w in (b"gazette", b"etcd", b"spark")), pid

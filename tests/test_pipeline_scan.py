@@ -3,6 +3,7 @@ committed set equals a sequential ReadCommittedIter, and writes commit once."""
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import subprocess
@@ -24,7 +25,6 @@ from journal import LocalJournalStore, MemoryJournalClient
 from message import (
     CSVRecord,
     Flags,
-    IntentLog,
     JsonDocument,
     ReadCommittedIter,
     ReadUncommittedIter,
@@ -37,19 +37,19 @@ from pipeline._content import ContentSpec
 from pipeline._scan import read_journal
 from pipeline._stream import encode_states, read_range, sequence_range, states_of
 from pipeline._write import (
+    INTENTS,
     JobEndedError,
     Target,
     abort_job,
-    attempts_dir,
+    attempts_journal,
     commit_job,
     commit_stream_batch,
     publish_rows,
     recover,
     sink_job,
     start_job,
-    state_dir,
 )
-from proto import examples_pb2
+from tests import examples_pb2
 from tests.strategies import Workload, chaos_workloads, producer, publisher_workloads
 
 NDJSON = {"content-type": "application/x-ndjson"}
@@ -189,7 +189,7 @@ def test_csv_and_fixed_protobuf_journals() -> None:
     assert [(r["page"], r["n"]) for r in rows] == [("/p0", 0), ("/p1", 1), ("/p2", 2)]
     pspec = ContentSpec(
         (("page", pa.string()), ("duration_ms", pa.int64())),
-        proto_class="proto.examples_pb2.PageView",
+        proto_class="tests.examples_pb2.PageView",
     )
     rows = [r for b in read_journal(client, "pb", pspec, buckets=2) for r in b.to_pylist()]
     rows += [r for b in read_journal(client, "pb", pspec, bucket=1, buckets=2)
@@ -269,11 +269,11 @@ def test_write_is_invisible_until_the_driver_commits(tmp_path: Path) -> None:
         kept = publish_rows(target, batches(5), store)
         dropped = publish_rows(target, batches(5), store)  # an attempt Spark discarded
         assert committed_ns(store, "out") == []
-        commit_job(root, [kept])
+        commit_job(store, [kept])
         assert committed_ns(store, "out") == [0, 1, 2, 3, 4]
-        abort_job(root, [dropped])
+        abort_job(store, [dropped])
         assert committed_ns(store, "out") == [0, 1, 2, 3, 4]
-        assert not list(state_dir(root, "intents").glob("*.json"))
+        assert store.list(f"prefix={INTENTS}") == []
 
 
 def test_failed_task_rolls_back_its_own_rows(tmp_path: Path) -> None:
@@ -328,6 +328,12 @@ def kill_an_attempt_mid_write(root: str, journal: str = "out") -> None:
     assert proc.returncode == -signal.SIGKILL
 
 
+def attempt_producers(store: Any, job: str) -> set[str]:
+    """The producers that recorded roll-backs in the job's attempts journal."""
+    with store.read(attempts_journal(job)) as r:
+        return {json.loads(line)["producer"] for line in r.read().splitlines()}
+
+
 def open_transactions(store: Any, journal: str) -> bool:
     it = ReadCommittedIter(store, journal, lambda _s: JsonDocument())
     for _ in it:
@@ -343,22 +349,22 @@ def test_the_driver_rolls_back_attempts_killed_mid_write(tmp_path: Path, outcome
     root = str(tmp_path)
     with LocalJournalStore(root) as store:
         store.create("out", NDJSON)
-    start_job(root, "job-1")
+        start_job(store, "job-1")
     kill_an_attempt_mid_write(root)
     with LocalJournalStore(root) as store:
         assert open_transactions(store, "out")
         target = Target(root, journal="out")
         kept = publish_rows(target, batches(5), store, job="job-1")
         publish_rows(target, batches(5, start=50), store, job="job-1")  # not kept
-        assert len(list(attempts_dir(root, "job-1").glob("*.json"))) == 3
+        assert len(attempt_producers(store, "job-1")) == 3
         if outcome == "commit":
-            commit_job(root, [kept], "job-1")
+            commit_job(store, [kept], "job-1")
             assert committed_ns(store, "out") == [0, 1, 2, 3, 4]
         else:
-            abort_job(root, [kept], "job-1")
+            abort_job(store, [kept], "job-1")
             assert committed_ns(store, "out") == []
         assert not open_transactions(store, "out")
-        assert not attempts_dir(root, "job-1").exists()
+        assert store.list(f"name={attempts_journal('job-1')}") == []
         with pytest.raises(JobEndedError):
             publish_rows(target, batches(5, start=70), store, job="job-1")
         assert not open_transactions(store, "out")
@@ -366,36 +372,39 @@ def test_the_driver_rolls_back_attempts_killed_mid_write(tmp_path: Path, outcome
 
 def test_a_streaming_sink_rolls_back_attempts_that_did_not_report(tmp_path: Path) -> None:
     root = str(tmp_path)
-    with LocalJournalStore(root) as store:
-        store.create("out", NDJSON)
     target = Target(root, journal="out")
     job = sink_job("s1")
-    start_job(root, job)
     with LocalJournalStore(root) as store:
+        store.create("out", NDJSON)
+        start_job(store, job)
         kept = publish_rows(target, batches(3), store, job=job)
         publish_rows(target, batches(3, start=10), store, job=job)  # lost to speculation
-        assert commit_stream_batch(target, "s1", 0, [kept])
+        assert commit_stream_batch(store, "s1", 0, [kept])
         assert committed_ns(store, "out") == [0, 1, 2]
         assert not open_transactions(store, "out")
-        assert attempts_dir(root, job).is_dir()  # kept for the next micro-batch
-        assert not list(attempts_dir(root, job).glob("*.json"))
+        # Kept for the next micro-batch, what it holds settled: a replay of the
+        # same batch commits nothing and rolls back nothing more.
+        store.get(attempts_journal(job))
+        assert not commit_stream_batch(store, "s1", 0, [])
+        assert committed_ns(store, "out") == [0, 1, 2]
 
 
 def test_durable_intents_of_a_crashed_driver_are_recovered(tmp_path: Path) -> None:
-    """An intent log left under the root is written by the next recover()."""
+    """An intent log left in the store is written by the next recover()."""
     root = str(tmp_path)
     with LocalJournalStore(root) as store:
         store.create("out", NDJSON)
         published = publish_rows(Target(root, journal="out"), batches(4), store)
-        from message import AckIntent
+        from message import AckIntent, JournalIntentLog
 
-        IntentLog(state_dir(root, "intents", "crashed.json")).save(
+        JournalIntentLog(store, f"{INTENTS}crashed").save(
             [AckIntent(j, b) for j, b in published.intents]
         )
         assert committed_ns(store, "out") == []
-        assert recover(root) == 1
+    assert recover(root) == 1  # a store directory, as the data source's option root
+    with LocalJournalStore(root) as store:
         assert committed_ns(store, "out") == [0, 1, 2, 3]
-        assert recover(root) == 0
+        assert recover(store) == 0
 
 
 def test_selector_writes_follow_the_modulo_mapping(tmp_path: Path) -> None:
@@ -406,7 +415,7 @@ def test_selector_writes_follow_the_modulo_mapping(tmp_path: Path) -> None:
     with LocalJournalStore(root) as store:
         specs = [store.create(f"t/p{i}", {**NDJSON, "app": "t"}) for i in range(3)]
         target = Target(root, selector="app=t", key="k")
-        commit_job(root, [publish_rows(target, batches(30), store)])
+        commit_job(store, [publish_rows(target, batches(30), store)])
         mapping = modulo_mapping(lambda d: d["k"], lambda: specs)
         for spec in specs:
             want = [i for i in range(30) if mapping({"k": f"k{i}"})[0] == spec.name]

@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_generated_code_is_current() -> None:
-    """python -m proto.generate --check finds nothing stale."""
-    r = subprocess.run([sys.executable, "-m", "proto.generate", "--check"], cwd=ROOT,
+    """python proto/generate.py --check finds nothing stale."""
+    r = subprocess.run([sys.executable, "proto/generate.py", "--check"], cwd=ROOT,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr

@@ -19,3 +19,13 @@ def test_spark_benchmark_runs_at_small_scale(spark: Any) -> None:
     wrong = next(r for r in results if "keeps uncommitted rows" in r.name)
     assert wrong.value > 0  # the workload has aborted transactions the naive way keeps
     assert format_table(results).count("\n") == len(results) + 1
+
+
+@pytest.mark.spark
+def test_spark_broker_benchmark_runs_at_small_scale(spark: Any, gazette_binaries: Any) -> None:
+    """The Spark-on-brokers rows run (their own cluster, the shared session)."""
+    from benchmarks import bench_spark_broker
+
+    results = bench_spark_broker.run(0.01)
+    assert len(results) == 2
+    assert all(r.value > 0 and (r.baseline or 0) > 0 for r in results)

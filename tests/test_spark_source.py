@@ -22,7 +22,8 @@ from message import (
     Transaction,
     get_flags,
 )
-from pipeline._write import Target, publish_rows, state_dir
+from pipeline._stores import STATE_PREFIX
+from pipeline._write import INTENTS, Target, publish_rows
 
 pytestmark = pytest.mark.spark
 
@@ -209,12 +210,13 @@ def test_a_write_job_that_fails_leaves_nothing_visible(spark: Any, tmp_path: Pat
         it = ReadCommittedIter(store, "out", lambda _s: JsonDocument())
         assert list(it) == []
         assert not it.sequencer.has_pending({})
-    assert not list(state_dir(tmp_path, "attempts").iterdir())
+        # The job's attempts journal is gone with the job: no state is left.
+        assert store.list(f"prefix={STATE_PREFIX}") == []
 
 
 def test_durable_intents_are_reapplied_by_the_next_read(spark: Any, tmp_path: Path) -> None:
     """A commit cut short after its intents were made durable completes on the next read."""
-    from message import AckIntent, IntentLog
+    from message import AckIntent, JournalIntentLog
 
     with LocalJournalStore(tmp_path) as store:
         store.create("out", NDJSON)
@@ -222,12 +224,14 @@ def test_durable_intents_are_reapplied_by_the_next_read(spark: Any, tmp_path: Pa
 
         batch = pa.RecordBatch.from_pylist([{"n": i} for i in range(5)])
         published = publish_rows(Target(str(tmp_path), journal="out"), [batch], store)
-    IntentLog(state_dir(tmp_path, "intents", "cut-short.json")).save(
-        [AckIntent(j, b) for j, b in published.intents]
-    )
+    with LocalJournalStore(tmp_path) as store:
+        JournalIntentLog(store, f"{INTENTS}cut-short").save(
+            [AckIntent(j, b) for j, b in published.intents]
+        )
     df = reader(spark, tmp_path, journal="out", schema="n long", include_acks="false")
     assert sorted(r.n for r in df.collect()) == [0, 1, 2, 3, 4]
-    assert not list(state_dir(tmp_path, "intents").glob("*.json"))
+    with LocalJournalStore(tmp_path) as store:
+        assert store.list(f"prefix={INTENTS}") == []
 
 
 def test_write_to_selector_by_key_and_read_back(spark: Any, tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from message import (
     proto_message_type,
     sortable_uuid,
 )
-from proto import examples_pb2
+from tests import examples_pb2
 
 U = build_uuid(new_producer_id(), 0x1EF0123456789ABC, Flags.CONTINUE_TXN)
 

@@ -28,19 +28,51 @@ from . import broker_pb2 as pb
 from .brokers import MAX_CHUNK, ROUTING_STATUSES, Brokers, Stub, status_error
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 
 class GazetteAppender(AppendQueue):
-    """The append queue of one journal of a ``GazetteClient``."""
+    """The append queue of one journal of a ``GazetteClient``.
+
+    A batch's RPC is sent asynchronously: while the brokers replicate and
+    commit it, this thread resolves the futures of the batch before (see
+    ``AppendQueue._overlap``). The next batch is sent only once this one is
+    committed, so batches land in order even when one must be retried."""
+
+    _overlap = True
 
     def __init__(self, journal: str, brokers: Brokers, *, max_batch_bytes: int) -> None:
         super().__init__(journal, max_batch_bytes=max_batch_bytes)
         self._brokers = brokers
 
+    def _start_batch(
+        self, data: list[bytes]
+    ) -> Callable[[], tuple[list[AppendResult], BaseException | None]]:
+        journal = self.journal
+        endpoint = self._brokers.pick(journal, primary=True)
+        try:
+            call = self._brokers.stub(endpoint).append.future(
+                _requests(journal, data), timeout=self._brokers.rpc_timeout
+            )
+        except grpc.RpcError:
+            return lambda: self._write_batch(data)
+
+        def outcome() -> tuple[list[AppendResult], BaseException | None]:
+            try:
+                resp = call.result()
+            except grpc.RpcError:
+                return self._write_batch(data)  # The retry loop decides what comes next.
+            if resp.HasField("header"):
+                self._brokers.learn(journal, resp.header.route)
+            if resp.status != pb.OK:
+                return self._write_batch(data)
+            self._brokers.mark_up(endpoint)
+            return self._results(data, resp.commit)
+
+        return outcome
+
     def _write_batch(self, data: list[bytes]) -> tuple[list[AppendResult], BaseException | None]:
         journal = self.journal
-        size = sum(map(len, data))
 
         def attempt(stub: Stub, endpoint: str) -> pb.Fragment | None:
             resp = stub.append(_requests(journal, data), timeout=self._brokers.rpc_timeout)
@@ -60,6 +92,13 @@ class GazetteAppender(AppendQueue):
             return [], BrokerError(
                 f"append to {journal!r} failed: {err}", status="UNKNOWN", journal=journal
             )
+        return self._results(data, commit)
+
+    def _results(
+        self, data: list[bytes], commit: pb.Fragment
+    ) -> tuple[list[AppendResult], BaseException | None]:
+        journal = self.journal
+        size = sum(map(len, data))
         if commit.end - commit.begin != size:
             return [], BrokerError(
                 f"append to {journal!r}: the broker committed [{commit.begin}, {commit.end}),"

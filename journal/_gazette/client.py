@@ -407,7 +407,7 @@ class GazetteClient:
         if end_offset is not None and end_offset < offset:
             raise ValueError(f"end_offset ({end_offset}) is before offset ({offset})")
         reader = GazetteReader(
-            self, self._brokers, name, offset, end_offset, block, self.file_root
+            self._reader_closed, self._brokers, name, offset, end_offset, block, self.file_root
         )
         with self._lock:
             self._readers.add(reader)
@@ -456,17 +456,15 @@ class GazetteClient:
     ) -> None:
         self.close()
 
-    # For GazetteReader ---------------------------------------------------------
-
-    def reader_closed(self, reader: GazetteReader) -> None:
-        with self._lock:
-            self._readers.discard(reader)
-
     # Internals -----------------------------------------------------------------
 
     def _check_open(self) -> None:
         if self._closed:
             raise JournalClosedError(repr(self))
+
+    def _reader_closed(self, reader: GazetteReader) -> None:
+        with self._lock:
+            self._readers.discard(reader)
 
     def _appender(self, name: str) -> GazetteAppender:
         self._ensure_known(name)

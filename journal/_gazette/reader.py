@@ -39,9 +39,9 @@ from . import broker_pb2 as pb
 from .brokers import TRANSIENT, Brokers, backoff, describe, rpc_error, status_error
 
 if TYPE_CHECKING:
-    from _typeshed import WriteableBuffer
+    from collections.abc import Callable
 
-    from .client import GazetteClient
+    from _typeshed import WriteableBuffer
 
 LOG: Final = logging.getLogger("journal")
 
@@ -62,7 +62,7 @@ class GazetteReader(io.RawIOBase):
 
     def __init__(
         self,
-        client: GazetteClient,
+        on_close: Callable[[GazetteReader], None],
         brokers: Brokers,
         journal: str,
         offset: int,
@@ -71,7 +71,7 @@ class GazetteReader(io.RawIOBase):
         file_root: str | None,
     ) -> None:
         super().__init__()
-        self._client = client
+        self._on_close = on_close  # the client forgets its open readers
         self._brokers = brokers
         self._journal = journal
         self._offset = offset
@@ -157,7 +157,7 @@ class GazetteReader(io.RawIOBase):
         self._closing = True
         self._cancel()
         self._close_direct()
-        self._client.reader_closed(self)
+        self._on_close(self)
         super().close()
 
     def __repr__(self) -> str:

@@ -1,0 +1,100 @@
+"""Spark on a Gazette cluster: the ``journal`` source through the brokers,
+beside the same over the embedded store, and beside Spark's own JSON writer.
+
+A cluster of 3 brokers is started here on 127.0.0.1 (``exactly.localcluster``),
+and Spark runs locally (2 cores): what is measured is the source's own work
+through the brokers, not a network.
+
+- ``read committed, brokers vs embedded store``: the workload of
+  ``bench_spark`` (clicks, transactions, aborted ones, retried appends) is
+  copied byte for byte into journals of the cluster; the same read (committed
+  rows, content decoded, written to the ``noop`` sink) from either store.
+- ``exactly-once write, brokers vs df.write.json``: one DataFrame written to
+  a journal of the cluster (uncommitted by each task, committed by the
+  driver), beside the same DataFrame written as JSON files to local disk.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from benchmarks._harness import Result, interleaved
+from benchmarks._workload import copy_journal
+from benchmarks.bench_broker import Unavailable, _start
+from benchmarks.bench_spark import _CONTENT, _populate
+from journal import GazetteClient, LocalJournalStore
+
+
+def run(scale: float) -> list[Result]:
+    import pipeline
+
+    n = max(5000, int(400_000 * scale))
+    rows_out = max(5000, int(1_000_000 * scale))
+    tmp = Path(tempfile.mkdtemp(prefix="bench-spark-broker-"))
+    try:
+        try:
+            cluster = _start(tmp / "cluster")
+        except Unavailable as exc:
+            print(f"  Spark broker rows skipped: {exc}")
+            return []
+        try:
+            spark = pipeline.local_session("local[2]")
+            _populate(tmp / "store", n)
+            address: str = cluster.address  # type: ignore[attr-defined]
+            with LocalJournalStore(tmp / "store") as store, GazetteClient(address) as client:
+                for spec in store.list("app=c"):
+                    client.create(spec.name, spec.labels)
+                    copy_journal(store, client, spec.name)
+            read_opts = {"selector": "app=c", "schema": _CONTENT}
+            runs = iter(range(1_000_000))
+
+            def read(**where: str) -> None:
+                df = spark.read.format("journal").options(**read_opts, **where).load()
+                df.write.format("noop").mode("overwrite").save()
+
+            df = spark.range(0, rows_out, numPartitions=2).selectExpr(
+                "id as n", "concat('s', id % 5000) as session", "id % 10000 as ms")
+            df = df.cache()
+            df.count()
+
+            def write_broker() -> None:
+                (df.write.format("journal").option("broker", address)
+                 .option("journal", f"bench/out-{next(runs)}").mode("append").save())
+
+            def write_json() -> None:
+                df.write.mode("overwrite").json(str(tmp / "json-out"))
+
+            read(broker=address)  # warm up: worker start-up and imports are not throughput
+            write_broker()
+            repeat = 3 if scale >= 0.5 else 1
+            reads = interleaved({"broker": lambda: read(broker=address),
+                                 "store": lambda: read(root=str(tmp / "store"))}, repeat=repeat)
+            writes = interleaved({"broker": write_broker, "json": write_json}, repeat=repeat)
+            rows_in = spark.read.format("journal").options(**read_opts,
+                                                           root=str(tmp / "store")).load().count()
+            df.unpersist()
+        finally:
+            cluster.stop()  # type: ignore[attr-defined]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return [
+        Result("spark: read committed through brokers vs embedded store",
+               rows_in / reads["broker"], "rows/s", baseline_name="same, embedded store",
+               baseline=rows_in / reads["store"], target=0.8),
+        Result("spark: exactly-once write through brokers vs df.write.json",
+               rows_out / writes["broker"], "rows/s", baseline_name="df.write.json (local)",
+               baseline=rows_out / writes["json"], target=0.5),
+    ]
+
+
+if __name__ == "__main__":
+    import os
+    import time
+
+    from benchmarks._harness import format_table
+
+    t0 = time.perf_counter()
+    print(format_table(run(float(os.environ.get("BENCH_SCALE", "1")))))
+    print(f"({time.perf_counter() - t0:.1f} s)")

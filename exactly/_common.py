@@ -1,0 +1,200 @@
+"""What the ``exactly`` commands share: user errors, where the journals are
+(a store directory or a Gazette cluster), parsing of times and durations,
+messages as output, and the progress line."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+CONTENT_TYPES = {
+    "ndjson": "application/x-ndjson",
+    "json": "application/x-ndjson",
+    "csv": "text/csv",
+    "proto": "application/x-protobuf-fixed",
+}
+
+
+class UsageError(Exception):
+    """A mistake of the user's, reported as one line."""
+
+
+def counted(n: int, thing: str, things: str | None = None) -> str:
+    """``1 message``, ``2 messages``: a count in plain English."""
+    return f"{n:,} {thing if n == 1 else (things or thing + 's')}"
+
+
+
+def root_of(args: argparse.Namespace) -> Path:
+    return Path(getattr(args, "root", None) or os.environ.get("EXACTLY_ROOT") or "exactly-store")
+
+
+def broker_of(args: argparse.Namespace) -> str | None:
+    """The broker URL to use, or None for a local store directory: ``--broker``,
+    else ``BROKER_ADDRESS`` (as Gazette's tools) unless a store directory is
+    named (``--root`` or ``EXACTLY_ROOT``)."""
+    broker = getattr(args, "broker", None)
+    root = getattr(args, "root", None)
+    if broker and root:
+        raise UsageError("give --root (a local store) or --broker (a Gazette cluster), not both")
+    if broker or root:
+        return broker or None
+    if os.environ.get("EXACTLY_ROOT"):
+        return None
+    return os.environ.get("BROKER_ADDRESS") or None
+
+
+def open_store(args: argparse.Namespace, *, must_exist: bool = True) -> Any:
+    broker = broker_of(args)
+    if broker is not None:
+        from journal import GazetteClient
+
+        try:
+            # A user waits: a cluster that does not answer is an error within seconds.
+            return GazetteClient(broker, retry_timeout=10.0)
+        except ValueError as exc:
+            raise UsageError(f"--broker: {exc}") from None
+    from journal import LocalJournalStore
+
+    root = root_of(args)
+    if must_exist and not root.is_dir():
+        raise UsageError(f"no journal store at {root} (create a journal first, or pass --root)")
+    return LocalJournalStore(root)
+
+
+def non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
+def parse_duration(text: str) -> float:
+    """Seconds of ``90``, ``90s``, ``15m``, ``2h`` or ``7d``."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not m:
+        raise UsageError(f"not a duration: {text!r} (use e.g. 90s, 15m, 2h, 7d)")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def parse_time(text: str) -> int:
+    """Unix nanoseconds of an ISO-8601 time, or of a duration ago (``15m``)."""
+    try:
+        return time.time_ns() - int(parse_duration(text) * 1e9)
+    except UsageError:
+        pass
+    try:
+        t = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(
+            f"not a time: {text!r} (use ISO-8601 or a duration ago such as 15m)"
+        ) from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return int(t.timestamp() * 1e9)
+
+
+def new_message_func(spec: Any, proto: str | None) -> Callable[[Any], Any]:
+    from message import CSVRecord, JsonDocument, proto_message_type
+
+    ct = spec.content_type
+    if ct == CONTENT_TYPES["ndjson"]:
+        return lambda _spec: JsonDocument()
+    if ct == CONTENT_TYPES["csv"]:
+        return lambda _spec: CSVRecord()
+    if ct == CONTENT_TYPES["proto"]:
+        if not proto:
+            raise UsageError(f"{spec.name} holds protobuf frames: name the message class "
+                             "with --proto module.Class")
+        module, _, name = proto.rpartition(".")
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            # As `python -m` would: modules generated next to the user's data
+            # import, although the console script's own directory is on the path.
+            sys.path.insert(0, os.getcwd())
+        try:
+            import importlib
+
+            cls = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise UsageError(f"cannot import protobuf class {proto}: {exc}") from None
+        from google.protobuf.message import Message as PbMessage
+
+        if not (isinstance(cls, type) and issubclass(cls, PbMessage)
+                and getattr(cls, "DESCRIPTOR", None) is not None):
+            raise UsageError(f"{proto} is not a protobuf message class")
+        wrapped = proto_message_type(cls)
+        return lambda _spec: wrapped()
+    raise UsageError(f"journal {spec.name} has no known content-type ({ct or 'none'})")
+
+
+def content_of(msg: Any) -> Any:
+    if isinstance(msg, dict):
+        return msg
+    if isinstance(msg, list):
+        return msg
+    pb = getattr(msg, "pb", None)
+    if pb is not None:
+        from google.protobuf.json_format import MessageToDict
+
+        return MessageToDict(pb)
+    return repr(msg)
+
+
+def envelope_doc(env: Any) -> dict[str, Any]:
+    from message import clock_to_unix_ns, get_clock, get_flags, get_producer_id
+
+    u = env.message.get_uuid()
+    clock = get_clock(u)
+    doc: dict[str, Any] = {
+        "journal": env.journal.name,
+        "begin": env.begin,
+        "end": env.end,
+        "uuid": str(u),
+        "producer": get_producer_id(u).hex(),
+        "clock": clock,
+        "flags": get_flags(u),
+    }
+    if clock:
+        ns = clock_to_unix_ns(clock)
+        doc["time"] = dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).isoformat()
+    doc["message"] = content_of(env.message)
+    return doc
+
+
+
+class Progress:
+    """A progress line on stderr, redrawn at most a few times a second, and
+    only when stderr is a terminal (so that logs and pipes stay clean)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.shown = False
+        self.enabled = sys.stderr.isatty()
+        self.next = time.monotonic() + 1.0
+
+    def update(self, count: int) -> None:
+        if self.enabled and time.monotonic() >= self.next:
+            self.next = time.monotonic() + 0.25
+            print(f"\r{self.what}: {count:,}", end="", file=sys.stderr, flush=True)
+            self.shown = True
+            SHOWN.add(self)
+
+    def done(self) -> None:
+        if self.shown:
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
+            self.shown = False
+            SHOWN.discard(self)
+
+
+# Progress lines on screen, cleared before an error is printed.
+SHOWN: set[Progress] = set()

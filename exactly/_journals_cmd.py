@@ -1,0 +1,116 @@
+"""``exactly journals create|list|trim``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import orjson
+
+from exactly._common import (
+    CONTENT_TYPES,
+    UsageError,
+    broker_of,
+    counted,
+    open_store,
+    parse_duration,
+    root_of,
+)
+
+
+def cmd_journals_create(args: argparse.Namespace) -> int:
+    labels: dict[str, list[str]] = {}
+    for item in args.label or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise UsageError(f"a label is name=value, not {item!r}")
+        labels.setdefault(key, []).append(value)
+    if "content-type" in labels:
+        raise UsageError("give the content type with --content-type, not as a label")
+    ct = _content_type(args.content_type)
+    labels["content-type"] = [ct]
+    if broker_of(args) is None:
+        root = root_of(args)
+        if root.exists() and not root.is_dir():
+            raise UsageError(f"the store {root} is not a directory")
+        root.mkdir(parents=True, exist_ok=True)
+    from journal import JournalNotFoundError
+
+    with open_store(args) as store:
+        for name in args.names:
+            try:
+                existed = store.get(name) is not None
+            except JournalNotFoundError:
+                existed = False
+            spec = store.create(name, labels)  # other labels: JournalExistsError
+            if existed:
+                print(f"{spec.name} already exists ({spec.content_type}): left as it is")
+            else:
+                print(f"created {spec.name} ({spec.content_type})")
+    return 0
+
+
+def _content_type(text: str) -> str:
+    """The content type that ``--content-type`` names (a short name or a full
+    type), refused unless a framing knows it: journals of another type could
+    be created, but neither appended to nor read."""
+    from framing import framing_by_content_type, registered_content_types
+
+    if not text.strip():
+        raise UsageError("--content-type cannot be empty (ndjson, csv, proto, or a full type)")
+    ct = CONTENT_TYPES.get(text, text)
+    try:
+        framing_by_content_type(ct)
+    except ValueError:
+        short = {v: k for k, v in reversed(CONTENT_TYPES.items())}
+        known = ", ".join(
+            f"{short[c]} ({c})" if c in short else c for c in registered_content_types()
+        )
+        raise UsageError(f"unknown content type {text!r}: no framing reads it; use one of"
+                         f" {known}") from None
+    return ct
+
+
+def cmd_journals_list(args: argparse.Namespace) -> int:
+    from journal import JournalError
+
+    damaged: list[str] = []
+    with open_store(args) as store:
+        specs = store.list(args.selector or "")
+        for spec in specs:
+            try:
+                head: int | None = store.head(spec.name)
+            except JournalError as exc:
+                # One damaged journal does not hide the others.
+                head = None
+                damaged.append(f"exactly: error: {exc}")
+            if args.json:
+                doc = {"name": spec.name, "head": head, "labels": spec.labels.to_dict()}
+                print(orjson.dumps(doc).decode())
+            else:
+                size = f"{head} bytes" if head is not None else "damaged"
+                print(f"{spec.name}\t{spec.content_type or '-'}\t{size}")
+        if not specs and not args.json:
+            print("no journals", file=sys.stderr)
+    for line in damaged:
+        print(line, file=sys.stderr)
+    if damaged:
+        print("exactly: `exactly fsck` says more; `exactly fsck --repair` repairs",
+              file=sys.stderr)
+    return 1 if damaged else 0
+
+
+def cmd_journals_trim(args: argparse.Namespace) -> int:
+    if args.before is None and args.older_than is None:
+        raise UsageError("say what to trim: --before OFFSET and/or --older-than DURATION")
+    older = parse_duration(args.older_than) if args.older_than else None
+    with open_store(args) as store:
+        before = store.fragments(args.name)
+        first = store.trim(args.name, before_offset=args.before, older_than=older)
+        removed = len(before) - len(store.fragments(args.name))
+        print(f"{args.name}: removed {counted(removed, 'fragment')}; first readable offset is"
+              f" now {first}")
+        if not removed:
+            print("  (only whole sealed fragments are removed, never the one being written)",
+                  file=sys.stderr)
+    return 0

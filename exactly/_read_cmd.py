@@ -1,0 +1,149 @@
+"""``exactly read`` and ``exactly inspect``."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from exactly._common import (
+    Progress,
+    UsageError,
+    counted,
+    envelope_doc,
+    new_message_func,
+    open_store,
+    parse_time,
+)
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    from framing import FramingError
+    from message import ReadCommittedIter, ReadUncommittedIter, clock_to_unix_ns, get_clock
+
+    since = parse_time(args.since) if args.since else None
+    out = sys.stdout.buffer
+    with open_store(args) as store:
+        spec = store.get(args.name)
+        new_message = new_message_func(spec, args.proto)
+        offset = args.offset
+        if since is not None and not offset:
+            # Skip the fragments written before the time; messages are then
+            # filtered by the time in their UUIDs.
+            offset = store.offset_since(spec.name, since / 1e9)
+        kwargs: dict[str, Any] = {"offset": offset, "block": args.follow,
+                                  "skip_corrupt": args.skip_corrupt}
+        it: Any
+        if args.uncommitted:
+            it = ReadUncommittedIter(store, spec.name, new_message, **kwargs)
+        else:
+            it = ReadCommittedIter(store, spec.name, new_message, **kwargs)
+        shown = 0
+        try:
+            for env in it if args.limit != 0 else ():
+                if since is not None:
+                    clock = get_clock(env.message.get_uuid())
+                    if clock and clock_to_unix_ns(clock) < since:
+                        continue
+                out.write(orjson.dumps(envelope_doc(env), option=orjson.OPT_APPEND_NEWLINE))
+                shown += 1
+                if args.follow:
+                    out.flush()
+                if args.limit is not None and shown >= args.limit:
+                    break
+        except BrokenPipeError:
+            pass
+        except FramingError as exc:
+            hint = "" if args.skip_corrupt else "; --skip-corrupt skips such frames"
+            if offset and getattr(exc, "offset", None) == offset:
+                hint = f"; is {offset} the offset of a frame's start?"
+            raise UsageError(f"journal {spec.name}: {exc}{hint}") from None
+        finally:
+            it.close()
+        if it.skipped:
+            ranges = it.skipped_ranges
+            frames = it.skipped - len(ranges)
+            parts = [counted(frames, "corrupt frame")] if frames else []
+            parts += [f"damaged offsets [{b}, {e})" for b, e in ranges]
+            print(f"skipped {', '.join(parts)}", file=sys.stderr)
+    return 0
+
+
+# -- inspect ----------------------------------------------------------------------
+
+
+def _load_checkpoint(path: str) -> Any:
+    from message import Checkpoint
+
+    data = Path(path).read_bytes()
+    if data.lstrip()[:1] == b"{":
+        return Checkpoint.from_json(data)
+    return Checkpoint.from_bytes(data)
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from message import (
+        Flags,
+        MustStartReplay,
+        ReadUncommittedIter,
+        Sequencer,
+        clock_to_unix_ns,
+        get_flags,
+        get_producer_id,
+    )
+
+    if args.checkpoint:
+        cp = _load_checkpoint(args.checkpoint)
+        print(orjson.dumps(cp.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        return 0
+    if not args.name:
+        raise UsageError("name a journal to inspect, or pass --checkpoint FILE")
+    with open_store(args) as store:
+        spec = store.get(args.name)
+        new_message = new_message_func(spec, args.proto)
+        seq = Sequencer()
+        frames = committed = 0
+        per_producer: dict[bytes, list[int]] = {}
+        it = ReadUncommittedIter(store, spec.name, new_message, skip_corrupt=True)
+        progress = Progress(f"reading {spec.name}")
+        for env in it:
+            frames += 1
+            progress.update(frames)
+            u = env.message.get_uuid()
+            stats = per_producer.setdefault(get_producer_id(u), [0, 0, 0])
+            stats[0] += 1
+            if get_flags(u) == Flags.ACK_TXN:
+                stats[1] += 1
+            seq.queue_uncommitted(env)
+            while True:
+                try:
+                    c = seq.deque_committed()
+                except MustStartReplay as need:
+                    seq.start_replay(
+                        ReadUncommittedIter(store, spec.name, new_message,
+                                            offset=need.begin, end_offset=need.end)
+                    )
+                    continue
+                if c is None:
+                    break
+                committed += 1
+                per_producer[get_producer_id(c.message.get_uuid())][2] += 1
+        progress.done()
+        states = {s.producer: s for s in seq.producer_states()}
+        print(f"journal {spec.name}: {store.head(spec.name)} bytes, {frames} frames, "
+              f"{committed} committed, {frames - committed} dropped or pending"
+              + (f", {it.skipped} corrupt skipped" if it.skipped else ""))
+        print("producer      frames  acks  committed  last_ack                          open txn")
+        for pid, (n, acks, comm) in sorted(per_producer.items()):
+            s = states.get(pid)
+            when = "-"
+            if s is not None and s.last_ack:
+                ns = clock_to_unix_ns(s.last_ack)
+                when = dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).isoformat()
+            txn = f"since offset {s.begin}" if s is not None and s.begin >= 0 else "-"
+            print(f"{pid.hex()}  {n:6d}  {acks:4d}  {comm:9d}  {when:32s}  {txn}")
+    return 0

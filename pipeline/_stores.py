@@ -1,0 +1,80 @@
+"""Where the journals of a read or write of the data source live: the
+embedded store under ``root``, or a Gazette cluster at ``broker``.
+
+The options travel with every task, and each task opens its own client: on
+a Spark cluster nothing but the network is shared, so an executor reaches a
+Gazette cluster itself (and, with ``file_root``, reads persisted fragments
+straight from the fragment store mounted there).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from journal import GazetteClient, JournalReader, JournalSpec, JournalStore, LocalJournalStore
+
+#: Journals the pipeline keeps its own state in (intent logs, attempt records,
+#: streaming sinks' progress): under this prefix, in the same store as the
+#: data, so that the driver and every executor reach them. Reads by selector
+#: leave them out.
+STATE_PREFIX: Final = ".exactly/pipeline/"
+
+
+@dataclass(frozen=True, slots=True)
+class StoreOptions:
+    """``root`` (a store directory) or ``broker`` (a Gazette broker URL), and
+    for a broker, ``file_root``: where its ``file://`` fragment store is
+    mounted on the hosts that run tasks, if it is."""
+
+    root: str | None = None
+    broker: str | None = None
+    file_root: str | None = None
+
+    @classmethod
+    def of(cls, options: Mapping[str, str]) -> StoreOptions:
+        root, broker = options.get("root"), options.get("broker")
+        if bool(root) == bool(broker):
+            raise ValueError(
+                "the journal data source needs the option root (a store directory) or the"
+                " option broker (a Gazette broker URL, e.g. http://127.0.0.1:8080), not both"
+            )
+        if root:
+            # Absolute: executors resolve relative paths in their own working directory.
+            return cls(root=os.path.abspath(root))
+        return cls(broker=broker, file_root=options.get("file_root") or None)
+
+    def open(self, *, create: bool = False) -> JournalStore:
+        """A client of the store (to be closed by the caller). A store
+        directory must exist unless ``create``."""
+        if self.broker is not None:
+            return GazetteClient(self.broker, file_root=self.file_root)
+        assert self.root is not None
+        if not create and not os.path.isdir(self.root):
+            raise ValueError(f"no journal store at {self.root} (option root)")
+        return LocalJournalStore(self.root)
+
+    def describe(self) -> str:
+        return f"the cluster at {self.broker}" if self.broker else f"the store at {self.root}"
+
+
+def select_journals(client: JournalStore, options: Mapping[str, str]) -> list[JournalSpec]:
+    """The journals named by the options ``journal`` or ``selector`` (the
+    pipeline's own state journals are never selected)."""
+    journal, selector = options.get("journal"), options.get("selector")
+    if (journal is None) == (selector is None):
+        raise ValueError("give exactly one of the options journal and selector")
+    if journal is not None:
+        return [client.get(journal)]
+    return [s for s in client.list(selector or "") if not s.name.startswith(STATE_PREFIX)]
+
+
+def read_all(reader: JournalReader) -> bytes:
+    """Everything ``reader`` has to give (a reader returns at most what one
+    of its pieces holds at a time: a Gazette broker sends 32 KiB)."""
+    parts = []
+    while chunk := reader.read(1 << 20):
+        parts.append(chunk)
+    return b"".join(parts)

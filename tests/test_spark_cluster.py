@@ -1,0 +1,148 @@
+"""The ``journal`` source on a real Spark standalone cluster (a master and two
+workers, their executors separate JVMs with Python workers of their own)
+reading and writing journals of the Gazette cluster: each scenario runs in a
+driver process of its own (tests/spark_cluster_job.py), then its journals
+are checked from here. After every fault: each row exactly once, or none."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from journal import GazetteClient
+from message import (
+    Flags,
+    JsonDocument,
+    Publisher,
+    ReadCommittedIter,
+    ReadUncommittedIter,
+    get_flags,
+    get_producer_id,
+)
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parent.parent
+NDJSON = {"content-type": "application/x-ndjson"}
+
+
+def driver(spark_cluster: Any, gazette_cluster: Any, scenario: str, prefix: str,
+           file_root: str = "") -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.spark_cluster_job", spark_cluster.master_url,
+         gazette_cluster.address, scenario, prefix, file_root],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 300) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err[-3000:]
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def committed(client: GazetteClient, journal: str) -> tuple[list[int], bool]:
+    """The committed values of ``n``, and whether a transaction stays open."""
+    it = ReadCommittedIter(client, journal, lambda _s: JsonDocument())
+    ns = [e.message["n"] for e in it if get_flags(e.message.get_uuid()) != Flags.ACK_TXN]
+    return sorted(ns), it.sequencer.has_pending({})
+
+
+def test_write_and_read_on_the_cluster(spark_cluster: Any, gazette_cluster: Any,
+                                       gazette_prefix: str) -> None:
+    """Executors in other processes write 2000 rows exactly once and read them
+    back committed, through the brokers and from the fragment store."""
+    got = finish(driver(spark_cluster, gazette_cluster, "write_and_read", gazette_prefix,
+                        str(gazette_cluster.fragment_root)))
+    assert got["committed"] == list(range(2000)) == got["direct"]
+    assert got["uncommitted"] > 2000  # every frame: ACKs included
+    assert got["driver_pid"] not in got["python_pids"] and len(got["python_pids"]) >= 2
+    with GazetteClient(gazette_cluster.address) as c:
+        assert committed(c, f"{gazette_prefix}out") == (list(range(2000)), False)
+
+
+def test_first_attempts_failing_mid_write(spark_cluster: Any, gazette_cluster: Any,
+                                          gazette_prefix: str) -> None:
+    """First attempts that fail half-way are retried: every row once."""
+    finish(driver(spark_cluster, gazette_cluster, "first_attempts_fail", gazette_prefix))
+    with GazetteClient(gazette_cluster.address) as c:
+        assert committed(c, f"{gazette_prefix}out") == (list(range(1000)), False)
+
+
+def test_a_job_that_fails_for_good(spark_cluster: Any, gazette_cluster: Any,
+                                   gazette_prefix: str) -> None:
+    """A task failing on every attempt fails the job: no row visible, none open."""
+    assert finish(driver(spark_cluster, gazette_cluster, "job_fails", gazette_prefix))["failed"]
+    with GazetteClient(gazette_cluster.address) as c:
+        assert committed(c, f"{gazette_prefix}out") == ([], False)
+
+
+def test_an_executor_sigkilled_mid_write(spark_cluster: Any, gazette_cluster: Any,
+                                         gazette_prefix: str) -> None:
+    """SIGKILL an executor JVM (and its Python workers with it) while its
+    tasks publish: Spark runs them again elsewhere, and every row is
+    committed exactly once, with no transaction left open."""
+    journal = f"{gazette_prefix}out"
+    proc = driver(spark_cluster, gazette_cluster, "slow_write", gazette_prefix)
+    killed: list[int] = []
+
+    def kill_when_writing() -> None:
+        with GazetteClient(gazette_cluster.address) as c:
+            deadline = time.monotonic() + 240
+            while time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    if c.head(journal) > 20_000:  # a few hundred rows published
+                        killed.append(spark_cluster.kill_executor())
+                        return
+                except Exception:  # the journal is not created yet
+                    pass
+                time.sleep(0.05)
+
+    t = threading.Thread(target=kill_when_writing)
+    t.start()
+    finish(proc)
+    t.join()
+    assert killed, "no executor was killed while the job wrote"
+    with GazetteClient(gazette_cluster.address) as c:
+        assert committed(c, journal) == (list(range(3000)), False)
+
+
+def test_speculative_copies_of_a_slow_task(spark_cluster: Any, gazette_cluster: Any,
+                                           gazette_prefix: str) -> None:
+    """With speculation, a slow task's copy runs beside it and one of the two
+    is killed: its rows are committed once, the loser's rolled back."""
+    finish(driver(spark_cluster, gazette_cluster, "speculation", gazette_prefix))
+    with GazetteClient(gazette_cluster.address) as c:
+        assert committed(c, f"{gazette_prefix}out") == (list(range(160_000)), False)
+        producers = {get_producer_id(e.message.get_uuid()) for e in ReadUncommittedIter(
+            c, f"{gazette_prefix}out", lambda _s: JsonDocument())}
+    assert len(producers) > 4  # more attempts published than the 4 tasks: a copy ran
+
+
+def test_a_stream_on_the_cluster(spark_cluster: Any, gazette_cluster: Any,
+                                 gazette_prefix: str) -> None:
+    """A streaming query run by executors, with a read limit: every committed
+    message of the source once in the sink, none of an open transaction."""
+    src, dst = f"{gazette_prefix}src", f"{gazette_prefix}dst"
+    with GazetteClient(gazette_cluster.address) as c:
+        c.create(src, NDJSON)
+        c.create(dst, NDJSON)
+        pub = Publisher(c)
+        to_src = lambda _d: (src, "application/x-ndjson")  # noqa: E731
+        for n in range(300):
+            pub.publish_committed(to_src, JsonDocument(n=n))
+        Publisher(c).publish_uncommitted(to_src, JsonDocument(n=999))  # never committed
+        c.flush()
+    got = finish(driver(spark_cluster, gazette_cluster, "stream", gazette_prefix))
+    assert got["batches"] > 1
+    with GazetteClient(gazette_cluster.address) as c:
+        assert committed(c, dst) == (list(range(300)), False)
