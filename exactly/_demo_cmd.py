@@ -21,7 +21,7 @@ from exactly.localcluster import GazetteCluster, SparkCluster
 def run_cluster_demo(store: Path, out: TextIO = sys.stdout,
                      progress_every: float = 5.0) -> int:
     """The demo in ``store`` (its clusters' directories inside); an exit status."""
-    from pipeline._stores import StoreOptions
+    from pipeline import StoreOptions
     from pipeline.demo import Progress, prepare, run_demo, say
 
     t0 = time.monotonic()

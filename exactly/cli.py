@@ -30,7 +30,7 @@ def cmd_fsck(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from benchmarks.run import main as bench_main
+    from exactly.benchmarks.run import main as bench_main
 
     argv = (["--quick"] if args.quick else []) + [f"--only={o}" for o in args.only or []]
     return bench_main(argv)

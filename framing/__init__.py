@@ -65,9 +65,11 @@ from ._errors import UnsupportedMessageError as UnsupportedMessageError
 from ._fixed import ProtoFixedFraming as ProtoFixedFraming
 from ._fixed import encode_fixed_proto_frame as encode_fixed_proto_frame
 from ._fixed import unpack_fixed_frame as unpack_fixed_frame
+from ._interfaces import BatchFraming as BatchFraming
 from ._interfaces import ByteReader as ByteReader
 from ._interfaces import Frame as Frame
 from ._interfaces import Framing as Framing
+from ._interfaces import PlainJsonFraming as PlainJsonFraming
 from ._interfaces import UnmarshalFunc as UnmarshalFunc
 from ._json import JSONLinesFraming as JSONLinesFraming
 from ._lines import unpack_line as unpack_line
@@ -85,6 +87,8 @@ __all__ = [
     "DEFAULT_CHUNK_SIZE",
     # The contract, and the registry.
     "Framing",
+    "BatchFraming",
+    "PlainJsonFraming",
     "ByteReader",
     "Frame",
     "UnmarshalFunc",

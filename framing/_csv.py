@@ -33,7 +33,7 @@ from ._errors import (
     TruncatedFrameError,
     UnsupportedMessageError,
 )
-from ._interfaces import ByteReader, Frame, UnmarshalFunc
+from ._interfaces import BatchFraming, ByteReader, Frame, UnmarshalFunc
 from ._lines import read_records, record_batches, unpack_record
 from ._registry import register_framing
 
@@ -124,9 +124,7 @@ class CSVFraming:
     def read_frame_batches(
         self, r: ByteReader, *, chunk_size: int = DEFAULT_CHUNK_SIZE
     ) -> Iterator[tuple[int, list[bytes]]]:
-        """``read_frames`` by chunk, for readers that go over frames in C:
-        ``(begin, frames)``, each frame beginning where the previous one
-        ended; the same frames, and the same errors at the end."""
+        """Every complete record of ``r``, by chunk; see ``BatchFraming``."""
         return record_batches(r, chunk_size)
 
     def __repr__(self) -> str:
@@ -256,4 +254,6 @@ def _parse_quoted(text: str) -> list[str]:
             i = k + 1
 
 
-register_framing(CSVFraming())
+# Typed as the protocol it implements, so that mypy checks it does.
+_FRAMING: BatchFraming = CSVFraming()
+register_framing(_FRAMING)

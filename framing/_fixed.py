@@ -42,7 +42,7 @@ from ._errors import (
     TruncatedFrameError,
     UnsupportedMessageError,
 )
-from ._interfaces import ByteReader, Frame, UnmarshalFunc
+from ._interfaces import ByteReader, Frame, Framing, UnmarshalFunc
 from ._registry import register_framing
 
 # Precompiled: one parse of the format, then ``pack``/``unpack_from`` work on
@@ -450,4 +450,6 @@ def _read_fixed_frames(r: ByteReader, chunk_size: int) -> Iterator[tuple[int, in
     raise TruncatedFrameError(data=buf, offset=base)
 
 
-register_framing(ProtoFixedFraming())
+# Typed as the protocol it implements, so that mypy checks it does.
+_FRAMING: Framing = ProtoFixedFraming()
+register_framing(_FRAMING)

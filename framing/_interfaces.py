@@ -100,3 +100,50 @@ class Framing(Protocol):
         ``DesyncError`` for a run of bytes that is not a frame.
         """
         ...
+
+
+@runtime_checkable
+class BatchFraming(Framing, Protocol):
+    """A framing that can also hand out its frames a chunk at a time.
+
+    Readers that go over frames in C use it (no tuple per frame); a reader
+    checks ``isinstance(framing, BatchFraming)`` and uses ``read_frames``
+    otherwise. ``framing.testing.check_framing`` checks that both give the
+    same frames and raise the same errors.
+    """
+
+    def read_frame_batches(
+        self, r: ByteReader, /, *, chunk_size: int = DEFAULT_CHUNK_SIZE
+    ) -> Iterator[tuple[int, list[bytes]]]:
+        """``read_frames`` by chunk: ``(begin, frames)`` for each chunk's
+        complete frames, ``begin`` being where the first one begins (the end
+        of the previous batch's last frame); the same frames as
+        ``read_frames``, and the same ``TruncatedFrameError`` at the end."""
+        ...
+
+
+@runtime_checkable
+class PlainJsonFraming(BatchFraming, Protocol):
+    """A framing of one JSON document per line that lets bulk readers and
+    writers encode and decode plain documents (dicts) without a call into
+    the framing per message. ``check_framing`` checks each promise below on
+    the messages it is given."""
+
+    @property
+    def newline_delimited(self) -> bool:
+        """True if every frame is one line, through its newline, and every
+        newline ends a frame: a reader may split the bytes into frames itself."""
+        ...
+
+    def plain_dumps(self) -> tuple[Callable[[Any], bytes], set[type]]:
+        """``(dumps, types)``: ``marshal(msg)`` of a message whose type is in
+        ``types`` (a set that only grows) is ``dumps(msg) + b"\\n"``; if
+        ``dumps`` raises, the error to report is ``marshal``'s."""
+        ...
+
+    def plain_json(self) -> tuple[Callable[[Frame], Any], set[type]]:
+        """``(loads, types)``: decoding a frame into a message whose type is
+        in ``types`` (a set that only grows) is ``loads(frame)``, which must
+        give a ``dict``, merged into the emptied message; any other outcome
+        is ``unmarshal_frame``'s to handle."""
+        ...

@@ -32,7 +32,7 @@ from ._errors import (
     TruncatedFrameError,
     UnsupportedMessageError,
 )
-from ._interfaces import ByteReader, Frame, UnmarshalFunc
+from ._interfaces import ByteReader, Frame, PlainJsonFraming, UnmarshalFunc
 from ._lines import line_batches, read_lines, unpack_line
 from ._registry import register_framing
 
@@ -59,9 +59,7 @@ class JSONLinesFraming:
 
     @property
     def newline_delimited(self) -> bool:
-        """Every frame is one line, through its newline (and every newline
-        ends a frame): a reader may split the bytes into frames itself, as
-        ``read_frames`` would."""
+        """Every frame is one line; see ``PlainJsonFraming``."""
         return True
 
     def marshal(self, msg: Any) -> bytes:
@@ -133,23 +131,15 @@ class JSONLinesFraming:
     def read_frame_batches(
         self, r: ByteReader, *, chunk_size: int = DEFAULT_CHUNK_SIZE
     ) -> Iterator[tuple[int, list[bytes]]]:
-        """``read_frames`` by chunk, for readers that go over frames in C:
-        ``(begin, frames)``, each frame beginning where the previous one
-        ended; the same frames, and the same errors at the end."""
+        """Every complete line of ``r``, by chunk; see ``BatchFraming``."""
         return line_batches(r, chunk_size)
 
     def plain_dumps(self) -> tuple[Callable[[Any], bytes], set[type]]:
-        """For writers that encode in bulk: ``(dumps, types)``, where
-        ``marshal(msg)`` of a message whose type is in ``types`` (a set that
-        only grows) is ``dumps(msg) + b"\\n"``; if ``dumps`` raises, the
-        error to report is ``marshal``'s."""
+        """See ``PlainJsonFraming.plain_dumps``."""
         return _dumps, _orjson_dicts
 
     def plain_json(self) -> tuple[Callable[[Frame], Any], set[type]]:
-        """For readers that decode in bulk: ``(loads, types)``, where decoding
-        a frame into a message whose type is in ``types`` (a set that only
-        grows) is ``loads(frame)``, which must give a ``dict``, merged into the
-        emptied message; any other outcome is ``unmarshal_frame``'s to handle."""
+        """See ``PlainJsonFraming.plain_json``."""
         return _loads, _plain_dicts
 
     def __repr__(self) -> str:
@@ -370,4 +360,6 @@ def _decoder_for(cls: type) -> _Decoder:
     return decoder
 
 
-register_framing(JSONLinesFraming())
+# Typed as the protocol it implements, so that mypy checks it does.
+_FRAMING: PlainJsonFraming = JSONLinesFraming()
+register_framing(_FRAMING)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, final
 
 from ._errors import TruncatedFrameError
-from ._interfaces import Frame, Framing
+from ._interfaces import BatchFraming, Frame, Framing, PlainJsonFraming
 
 __all__ = ["ShortReader", "check_framing"]
 
@@ -98,8 +98,12 @@ def check_framing(
       ``EOFError`` at the end, and again on the next call;
     - through ``read_frames`` with each of ``chunk_sizes``, whose offsets
       must be contiguous from 0 to the end, and ``unmarshal_frame``; and, if
-      the framing has the optional ``read_frame_batches``, through it too,
-      which must give the same frames;
+      the framing is a ``BatchFraming``, through ``read_frame_batches``
+      too, which must give the same frames;
+    - if it is a ``PlainJsonFraming``: with ``newline_delimited``, each
+      frame is one line ending in its only newline; ``plain_dumps`` and
+      ``plain_json`` keep their promises for every message whose type they
+      name;
     - empty input is a clean end for both;
     - input cut inside a frame, at every offset (up to ``max_cut_points``
       of them), decodes the frames before the cut, then raises
@@ -123,10 +127,38 @@ def check_framing(
         bounds.append(bounds[-1] + len(frame))
 
     _check_unmarshal_func(framing, messages, new_message, equal, data, bounds)
+    if isinstance(framing, PlainJsonFraming):
+        _check_plain_json(framing, messages, new_message, equal, frames)
     _check_read_frames(framing, messages, new_message, equal, data, frames, chunk_sizes)
     _check_empty(framing, new_message)
     for cut in _cut_points(len(data), bounds, max_cut_points):
         _check_truncated(framing, messages, new_message, equal, data, bounds, cut)
+
+
+def _check_plain_json(
+    framing: PlainJsonFraming,
+    messages: Sequence[Any],
+    new_message: Callable[[], Any],
+    equal: Callable[[Any, Any], bool],
+    frames: Sequence[bytes],
+) -> None:
+    if framing.newline_delimited:
+        for i, frame in enumerate(frames):
+            if not frame.endswith(b"\n") or b"\n" in frame[:-1]:
+                _fail(f"newline_delimited, but frame {i} is not one line: {frame!r}")
+    dumps, dump_types = framing.plain_dumps()
+    loads, load_types = framing.plain_json()
+    for i, (msg, frame) in enumerate(zip(messages, frames, strict=True)):
+        if type(msg) in dump_types and dumps(msg) + b"\n" != frame:
+            _fail(f"plain_dumps: messages[{i}] gives {dumps(msg)!r}, marshal gives {frame!r}")
+        got = new_message()
+        if type(got) in load_types:
+            decoded = loads(frame)
+            if not isinstance(decoded, dict):
+                _fail(f"plain_json: frame {i} loads as {decoded!r}, not a dict")
+            got.clear()
+            got.update(decoded)
+            _check_decoded(equal, got, messages[i], f"plain_json, frame {i}")
 
 
 def _check_decoded(equal: Callable[[Any, Any], bool], got: Any, want: Any, where: str) -> None:
@@ -198,7 +230,7 @@ def _check_read_frames(
                 _check_decoded(equal, msg, messages[i], f"{where}, unmarshal_frame {i}")
             if end != len(data):
                 _fail(f"{where}: frames end at {end}, expected {len(data)}")
-            if hasattr(framing, "read_frame_batches"):
+            if isinstance(framing, BatchFraming):
                 batched = _batched_frames(framing, io.BytesIO(data), chunk_size)
                 if batched != [(b, e, bytes(f)) for b, e, f in got]:
                     _fail(f"read_frame_batches(chunk_size={chunk_size}): not read_frames' frames")
@@ -270,7 +302,7 @@ def _check_truncated(
     offsets = [(b, e) for b, e, _ in got]
     if offsets != list(itertools.pairwise(bounds[: whole + 1])):
         _fail(f"{where}: frames {offsets} before the cut")
-    if hasattr(framing, "read_frame_batches"):
+    if isinstance(framing, BatchFraming):
         where = f"read_frame_batches(chunk_size={chunk_size}), input cut at {cut}"
         try:
             _batched_frames(framing, io.BytesIO(data[:cut]), chunk_size)

@@ -52,6 +52,7 @@ from ._local import LocalJournalStore as LocalJournalStore
 from ._local_reader import LocalJournalReader as LocalJournalReader
 from ._memory import MemoryJournalClient as MemoryJournalClient
 from ._memory import MemoryJournalReader as MemoryJournalReader
+from ._offsets import OffsetTracker as OffsetTracker
 from ._spec import CONTENT_TYPE_LABEL as CONTENT_TYPE_LABEL
 from ._spec import AppendResult as AppendResult
 from ._spec import JournalSpec as JournalSpec

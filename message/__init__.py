@@ -55,6 +55,7 @@ consumer checkpoint.
 """
 
 from ._checkpoint import Checkpoint as Checkpoint
+from ._core import IMPLEMENTATION as IMPLEMENTATION
 from ._core import Publisher as Publisher
 from ._core import Sequencer as Sequencer
 from ._envelope import Envelope as Envelope
@@ -119,4 +120,6 @@ __all__ = [
     # errors
     "MessageError", "MustStartReplay", "ReplayError", "EmptyPartitionsError",
     "CheckpointError", "IntentLogError",
+    # which implementation runs
+    "IMPLEMENTATION",
 ]

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import io
 import logging
-from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol, Self, cast
 
-from framing import FramingError, TruncatedFrameError, framing_by_content_type
-from journal import CorruptJournalError
+from framing import (
+    BatchFraming,
+    FramingError,
+    PlainJsonFraming,
+    TruncatedFrameError,
+    framing_by_content_type,
+)
+from journal import CorruptJournalError, OffsetTracker
 
 from . import _core
 from ._checkpoint import Checkpoint
@@ -36,9 +41,8 @@ log = logging.getLogger("message")
 
 #: The native core (message/_native.c), or None when the Python loops run;
 #: read when an iterator is made (the test suite sets it to None to run the
-#: Python loops). ``SPEEDUPS`` is the name the Spark scan imports it by.
+#: Python loops).
 NATIVE: Any = _core.NATIVE
-SPEEDUPS: Any = NATIVE
 
 
 def _new_sequencer(states: Iterable[ProducerState] = ()) -> Sequencer:
@@ -59,56 +63,11 @@ def _runs_natively(seq: object) -> bool:
     )
 
 
-class _OffsetTracker:
-    """Wraps a JournalReader to map positions in the byte stream it returned
-    to journal offsets, which jump when retention removed what was asked for.
-
-    Appends are whole frames and fragments hold whole appends, so a jump
-    always falls between two frames."""
-
-    __slots__ = ("base", "jumps", "pos", "reader", "shift", "start")
-
-    def __init__(self, reader: JournalReader) -> None:
-        self.reader = reader
-        self.start = reader.offset  # journal offset of stream position 0
-        self.shift = self.start  # journal offset minus stream position, now
-        self.pos = 0
-        self.jumps: deque[tuple[int, int]] = deque()  # (stream position, new shift)
-        self.base = self.start  # the shift of the frames being handed out
-
-    def base_at(self, pos: int) -> int:
-        """Journal offset minus stream position for the frame at ``pos``
-        (frames asked for in order): the jumps up to it are taken. Retention
-        removed what came next, and the journal's reader has logged it."""
-        jumps = self.jumps
-        while jumps and jumps[0][0] <= pos:
-            _, self.base = jumps.popleft()
-        return self.base
-
-    def read(self, n: int = -1) -> bytes:
-        data = self.reader.read(n)
-        self._advance(len(data))
-        return data
-
-    def readinto(self, buffer: Any) -> int:
-        n = self.reader.readinto(buffer) or 0
-        self._advance(n)
-        return n
-
-    def _advance(self, n: int) -> None:
-        # Where these bytes began in the journal, as the reader tells it.
-        begin = self.reader.offset - n
-        if begin != self.shift + self.pos:
-            self.shift = begin - self.pos
-            self.jumps.append((self.pos, self.shift))
-        self.pos += n
-
-
 class _StreamOf(io.RawIOBase):
-    """The bytes an _OffsetTracker reads, as a raw stream whose position
+    """The bytes an OffsetTracker reads, as a raw stream whose position
     counts the bytes returned (for io.BufferedReader)."""
 
-    def __init__(self, tracker: _OffsetTracker) -> None:
+    def __init__(self, tracker: OffsetTracker) -> None:
         super().__init__()
         self._tracker = tracker
 
@@ -213,7 +172,7 @@ class ReadUncommittedIter(_EnvelopeIter):
         # The C loop, when built: the same steps as _generate.
         self._fast: Any = None
         self._fast_capable = bulk and NATIVE is not None
-        self._tracker: _OffsetTracker | None = None  # made by the bulk loops
+        self._tracker: OffsetTracker | None = None  # made by the bulk loops
         if self._fast_capable:
             self._gen = self._fast_reader()
         else:
@@ -226,7 +185,7 @@ class ReadUncommittedIter(_EnvelopeIter):
         skipped as damaged. (The buffered reader's own position could not:
         it is taken before the read that meets a jump.)"""
         spec, new_message = self.spec, self._new_message
-        tracker = self._tracker = _OffsetTracker(self._reader)
+        tracker = self._tracker = OffsetTracker(self._reader)
         r = io.BufferedReader(_StreamOf(tracker))
         unmarshal = self._framing.new_unmarshal_func(r)
         try:
@@ -252,7 +211,7 @@ class ReadUncommittedIter(_EnvelopeIter):
     def _generate(self) -> Generator[Envelope, None, None]:
         spec, new_message = self.spec, self._new_message
         unmarshal = self._framing.unmarshal_frame
-        tracker = self._tracker = _OffsetTracker(self._reader)
+        tracker = self._tracker = OffsetTracker(self._reader)
         jumps = tracker.jumps
         base = tracker.start
         try:
@@ -277,24 +236,27 @@ class ReadUncommittedIter(_EnvelopeIter):
         """The C EnvelopeReader of this iterator (made at the first call):
         its own iterator, or the one a ReadCommittedIter drives."""
         if self._fast is None:
-            tracker = self._tracker = _OffsetTracker(self._reader)
-            plain_json = getattr(self._framing, "plain_json", None)
-            loads, plain = plain_json() if plain_json is not None else (None, None)
+            tracker = self._tracker = OffsetTracker(self._reader)
+            framing = self._framing
+            plain_json = framing if isinstance(framing, PlainJsonFraming) else None
+            loads, plain = plain_json.plain_json() if plain_json else (None, None)
             # Lines split by the native loop itself, from a buffer it reuses,
             # when every frame is a line; else frames by batch when the
             # framing has them (no tuple per frame), or one by one.
-            lines = getattr(self._framing, "newline_delimited", False)
-            batches = getattr(self._framing, "read_frame_batches", None)
+            lines = plain_json is not None and plain_json.newline_delimited
+            batches = isinstance(framing, BatchFraming)
             if lines:
                 frames: Any = tracker
+            elif isinstance(framing, BatchFraming):
+                frames = framing.read_frame_batches(tracker)
             else:
-                frames = batches(tracker) if batches else self._framing.read_frames(tracker)
+                frames = framing.read_frames(tracker)
             self._fast = NATIVE.EnvelopeReader(
                 frames, self.spec, self._new_message,
                 self._framing.unmarshal_frame, tracker.jumps, tracker.base_at,
                 self._corrupt, FramingError,
                 tracker.start, self._reader.close, TruncatedFrameError, self._truncated,
-                loads, plain, batches is not None, lines,
+                loads, plain, batches, lines,
             )
         return self._fast
 

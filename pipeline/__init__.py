@@ -26,9 +26,10 @@ from ._register import cluster_session as cluster_session
 from ._register import local_session as local_session
 from ._register import register as register
 from ._source import JournalDataSource as JournalDataSource
+from ._stores import StoreOptions as StoreOptions
 from ._write import recover as recover
 
 __all__ = [
-    "register", "local_session", "cluster_session", "JournalDataSource", "recover",
+    "register", "local_session", "cluster_session", "JournalDataSource", "StoreOptions", "recover",
     "latest_by_key", "materialize_latest", "COMMIT_ORDER",
 ]

@@ -14,13 +14,20 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import pyarrow as pa
 
 from framing import CONTENT_TYPE_CSV, CONTENT_TYPE_JSON_LINES, CONTENT_TYPE_PROTO_FIXED
 from journal import JournalSpec
-from message import CSVRecord, Message, document_type, proto_message_type
+from message import (
+    CSVRecord,
+    JsonDocument,
+    Message,
+    ProtoMessage,
+    document_type,
+    proto_message_type,
+)
 
 #: The metadata columns of every row, in order, with their Arrow types.
 #: ``commit_offset`` is the offset of the envelope whose arrival committed the
@@ -83,7 +90,9 @@ class ContentSpec:
     uuid_path: tuple[str, ...] = ("_meta", "uuid")
     proto_class: str | None = None
     uuid_field: str = "uuid"
-    _types: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    _types: dict[str, Callable[[], Message]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @property
     def names(self) -> list[str]:
@@ -93,7 +102,7 @@ class ContentSpec:
         """A factory of empty messages of the journal's framing."""
         cached = self._types.get(content_type or "")
         if cached is not None:
-            return cached  # type: ignore[no-any-return]
+            return cached
         factory: Callable[[], Message]
         if content_type == CONTENT_TYPE_JSON_LINES:
             factory = document_type("/".join(self.uuid_path))
@@ -141,17 +150,17 @@ class ContentSpec:
     def message_from_row(self, content_type: str | None, row: dict[str, Any]) -> Message:
         """A message holding ``row`` (a column -> value dict), for publishing."""
         factory = self.message_type(content_type)
+        msg = factory()
         if content_type == CONTENT_TYPE_JSON_LINES:
-            msg: Any = factory()
-            msg.update(row)
-            return msg  # type: ignore[no-any-return]
+            cast(JsonDocument, msg).update(row)
+            return msg
         if content_type == CONTENT_TYPE_CSV:
             return CSVRecord(["", *("" if v is None else _csv_text(v) for v in row.values())])
-        msg = factory()
+        pb = cast(ProtoMessage, msg).pb
         for k, v in row.items():
             if v is not None:
-                setattr(msg.pb, k, v)
-        return msg  # type: ignore[no-any-return]
+                setattr(pb, k, v)
+        return msg
 
 
 def _csv_text(v: Any) -> str:

@@ -39,13 +39,14 @@ import pyarrow.json as pa_json
 from framing import CONTENT_TYPE_JSON_LINES
 from journal import JournalClient, JournalSpec
 from message import Envelope, MustStartReplay, ReadUncommittedIter, Sequencer
-from message._reader import SPEEDUPS
 from message.layout import (
     PRODUCER_MASK,
     UUID_EPOCH_OFFSET,
     clocks_of,
     flags_of,
+    format_uuid_strings,
     outside_commits_grouped,
+    parse_uuid_strings,
 )
 
 from ._content import META_FIELDS, ContentSpec, to_arrow
@@ -57,15 +58,6 @@ READ_UNCOMMITTED: Final = "read_uncommitted"
 WINDOW_BYTES: Final = 16 << 20
 _MASK48: Final = np.uint64(PRODUCER_MASK)
 _GREGORIAN: Final = UUID_EPOCH_OFFSET
-# Hex digit values of ASCII bytes; 255 marks a byte that is not one.
-_HEX_VALUE: Final = np.full(256, 255, dtype=np.uint8)
-for _i, _c in enumerate(b"0123456789abcdef"):
-    _HEX_VALUE[_c] = _i
-for _i, _c in enumerate(b"ABCDEF"):
-    _HEX_VALUE[_c] = 10 + _i
-_HEX_DIGITS: Final = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
-# Positions of the 32 hex digits in a canonical 36-character UUID.
-_UUID_DIGITS: Final = np.array([i for i in range(36) if i not in (8, 13, 18, 23)])
 
 
 @dataclass(slots=True)
@@ -196,57 +188,19 @@ def _uuid_column(table: pa.Table, content: ContentSpec) -> pa.Array:
 
 def _uuid_halves(strings: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """UUID strings to (hi, lo) halves; what is not a UUID is the nil UUID,
-    as ``JsonDocument.get_uuid`` has it. Canonical strings are decoded with
-    numpy; any other form goes through ``uuid.UUID``."""
+    as ``JsonDocument.get_uuid`` has it."""
     n = len(strings)
-    hi = np.zeros(n, dtype=np.uint64)
-    lo = np.zeros(n, dtype=np.uint64)
     if n == 0:
-        return hi, lo
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64)
     strings = strings.cast(pa.string())
     offsets = np.frombuffer(strings.buffers()[1], dtype=np.int32)[
         strings.offset : strings.offset + n + 1
     ]
-    if SPEEDUPS is not None:
-        # The same, in C (message/_speedups.c): rows it cannot parse are left.
-        data_buf = strings.buffers()[2]
-        for i in SPEEDUPS.parse_uuids(data_buf if data_buf is not None else b"", offsets, hi, lo):
-            _parse_one(strings[i].as_py(), hi, lo, i)
-        return hi, lo
-    lengths = np.diff(offsets)
-    valid = ~np.asarray(strings.is_null().to_numpy(zero_copy_only=False), dtype=bool)
-    canonical = valid & (lengths == 36)
-    data_buf = strings.buffers()[2]
-    data = (
-        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
-    )
-    rows = np.flatnonzero(canonical)
-    if len(rows):
-        chars = data[offsets[rows][:, None] + np.arange(36)]
-        digits = _HEX_VALUE[chars[:, _UUID_DIGITS]]
-        hyphens = (chars[:, [8, 13, 18, 23]] == ord("-")).all(axis=1)
-        good = hyphens & (digits != 255).all(axis=1)
-        d = digits[good].astype(np.uint64)
-        weights = np.uint64(1) << (np.arange(15, -1, -1, dtype=np.uint64) * np.uint64(4))
-        hi[rows[good]] = (d[:, :16] * weights).sum(axis=1, dtype=np.uint64)
-        lo[rows[good]] = (d[:, 16:] * weights).sum(axis=1, dtype=np.uint64)
-        canonical[rows[~good]] = False
-    for i in np.flatnonzero(valid & ~canonical):
-        _parse_one(strings[i].as_py(), hi, lo, int(i))
-    return hi, lo
-
-
-def _parse_one(text: str | None, hi: np.ndarray, lo: np.ndarray, i: int) -> None:
-    """A UUID string in another form than the canonical one (braces, no
-    hyphens, ...); what is not a UUID, or null, stays the nil UUID, as
-    ``JsonDocument.get_uuid`` has it."""
-    if text is None:
-        return
-    try:
-        v = _uuid.UUID(text).int
-    except ValueError:
-        return
-    hi[i], lo[i] = v >> 64, v & 0xFFFFFFFFFFFFFFFF
+    data = strings.buffers()[2]
+    valid = None
+    if strings.null_count:
+        valid = ~np.asarray(strings.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    return parse_uuid_strings(data if data is not None else b"", offsets, valid)
 
 
 def _exact_index(
@@ -419,26 +373,6 @@ def committed_rows(
 # -- output ---------------------------------------------------------------------
 
 
-def _hex_strings(byte_rows: np.ndarray, hyphens: tuple[int, ...] = ()) -> pa.Array:
-    """Rows of bytes as lower-case hex strings, with ``-`` after the given byte counts."""
-    n, k = byte_rows.shape
-    digits = np.empty((n, 2 * k), dtype=np.uint8)
-    digits[:, 0::2] = _HEX_DIGITS[byte_rows >> 4]
-    digits[:, 1::2] = _HEX_DIGITS[byte_rows & 15]
-    if hyphens:
-        parts, prev = [], 0
-        for h in hyphens:
-            parts += [digits[:, 2 * prev : 2 * h], np.full((n, 1), ord("-"), dtype=np.uint8)]
-            prev = h
-        parts.append(digits[:, 2 * prev :])
-        digits = np.concatenate(parts, axis=1)
-    width = digits.shape[1]
-    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
-    return pa.StringArray.from_buffers(
-        n, pa.py_buffer(offsets.tobytes()), pa.py_buffer(np.ascontiguousarray(digits).tobytes())
-    )
-
-
 def _fixed_width_strings(n: int, width: int, data: bytes) -> pa.Array:
     """A string array of ``n`` strings of ``width`` bytes each, laid end to end in ``data``."""
     offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
@@ -451,17 +385,9 @@ def meta_columns(
     """The metadata columns (``META_FIELDS``) of ``rows`` of the index."""
     hi, lo = index.hi[rows], index.lo[rows]
     n = len(rows)
-    if SPEEDUPS is not None:
-        # In C (message/_speedups.c): the same strings as below.
-        uuid_text, producer_text = SPEEDUPS.format_uuids(hi, lo)
-        uuids = _fixed_width_strings(n, 36, uuid_text)
-        producers = _fixed_width_strings(n, 12, producer_text)
-    else:
-        raw = np.empty((n, 16), dtype=np.uint8)
-        raw[:, :8] = hi.astype(">u8").view(np.uint8).reshape(-1, 8)
-        raw[:, 8:] = lo.astype(">u8").view(np.uint8).reshape(-1, 8)
-        uuids = _hex_strings(raw, (4, 6, 8, 10))
-        producers = _hex_strings(raw[:, 10:])
+    uuid_text, producer_text = format_uuid_strings(hi, lo)
+    uuids = _fixed_width_strings(n, 36, uuid_text)
+    producers = _fixed_width_strings(n, 12, producer_text)
     clocks = clocks_of(hi, lo)
     times = ((clocks >> np.uint64(4)).astype(np.int64) - _GREGORIAN) // 10
     name = journal.encode()

@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from framing import TruncatedFrameError, framing_by_content_type
-from journal import JournalClient
+from journal import JournalClient, OffsetTracker
 from message import (
     Envelope,
     ProducerState,
@@ -34,7 +34,6 @@ from message import (
     get_flags,
     get_producer_id,
 )
-from message._reader import _OffsetTracker
 from message.layout import UUID_EPOCH_OFFSET
 
 from ._content import META_FIELDS, ContentSpec
@@ -92,7 +91,7 @@ def frame_boundary(client: JournalClient, journal: str, begin: int, end: int, bu
     limit = begin + budget
     cut = None
     with client.read(journal, begin, end) as r:
-        tracker = _OffsetTracker(r)
+        tracker = OffsetTracker(r)
         try:
             for first, stop, _ in read_frames(tracker, chunk_size=min(1 << 20, budget + 1)):
                 base = int(tracker.base_at(first))  # retention may have removed what was asked for

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from benchmarks import BENCHMARKS
-from benchmarks._harness import Result, format_table
+from exactly.benchmarks import BENCHMARKS
+from exactly.benchmarks._harness import Result, format_table
 
 # Benchmarks that start Spark run with the Spark tests; the broker benchmark
 # starts a Gazette cluster, whose binaries the gazette fixtures provide.
@@ -19,7 +19,7 @@ GAZETTE = {"bench_broker"}
 
 
 def _check_runs(name: str) -> None:
-    results = importlib.import_module(f"benchmarks.{name}").run(0.01)
+    results = importlib.import_module(f"exactly.benchmarks.{name}").run(0.01)
     assert results and all(isinstance(r, Result) for r in results)
     for r in results:
         assert r.value > 0, r
@@ -62,7 +62,7 @@ def test_unknown_benchmark_is_a_clear_error() -> None:
 def test_mixed_workload_rows_say_why_go_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without Go, the rows measured against Gazette's Go Sequencer are still
     there, with no baseline, and say why."""
-    import benchmarks.bench_mixed as mixed
+    import exactly.benchmarks.bench_mixed as mixed
 
     monkeypatch.setattr(mixed, "_go_program", lambda: (None, "no `go` on PATH"))
     rows = {r.name: r for r in mixed.run(0.001)}

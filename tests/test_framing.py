@@ -394,3 +394,42 @@ def test_read_frames_yields_as_soon_as_frames_arrive(name: str) -> None:
         assert (begin, end) == (i * len(frame), (i + 1) * len(frame))
         assert r.tell() == end  # Nothing past this frame has been read.
     assert list(it) == []
+
+
+def test_optional_capabilities_are_protocols_the_built_in_framings_declare() -> None:
+    """What a bulk reader may use beyond ``Framing`` is declared as a
+    protocol: NDJSON is a PlainJsonFraming, CSV a BatchFraming, fixed
+    protobuf neither; a framing without the methods is not taken for one."""
+    from framing import (
+        BatchFraming,
+        CSVFraming,
+        JSONLinesFraming,
+        PlainJsonFraming,
+        ProtoFixedFraming,
+    )
+
+    assert isinstance(JSONLinesFraming(), PlainJsonFraming)
+    assert isinstance(CSVFraming(), BatchFraming)
+    assert not isinstance(CSVFraming(), PlainJsonFraming)
+    assert not isinstance(ProtoFixedFraming(), BatchFraming)
+
+    class NoBatches:
+        content_type = "application/x-test"
+        marshal = JSONLinesFraming.marshal
+        new_unmarshal_func = JSONLinesFraming.new_unmarshal_func
+        read_frames = JSONLinesFraming.read_frames
+        unmarshal_frame = JSONLinesFraming.unmarshal_frame
+
+    assert not isinstance(NoBatches(), BatchFraming)
+
+
+def test_conformance_catches_a_broken_plain_json_promise() -> None:
+    """check_framing holds a PlainJsonFraming to plain_dumps' promise."""
+    from framing import JSONLinesFraming
+
+    class Misleading(JSONLinesFraming):
+        def plain_dumps(self) -> tuple[Any, set[type]]:
+            return (lambda msg: b'{"other":1}'), {dict}
+
+    with pytest.raises(AssertionError, match="plain_dumps"):
+        check_framing(Misleading(), [{"s": "A"}, {"s": "B"}], dict)

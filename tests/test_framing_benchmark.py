@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks import BENCHMARKS, bench_framing
+from exactly.benchmarks import BENCHMARKS, bench_framing
 
 
 def test_benchmark_is_listed() -> None:

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks import bench_spark
-from benchmarks._harness import format_table
+from exactly.benchmarks import bench_spark
+from exactly.benchmarks._harness import format_table
 
 
 @pytest.mark.spark
@@ -24,7 +24,7 @@ def test_spark_benchmark_runs_at_small_scale(spark: Any) -> None:
 @pytest.mark.spark
 def test_spark_broker_benchmark_runs_at_small_scale(spark: Any, gazette_binaries: Any) -> None:
     """The Spark-on-brokers rows run (their own cluster, the shared session)."""
-    from benchmarks import bench_spark_broker
+    from exactly.benchmarks import bench_spark_broker
 
     results = bench_spark_broker.run(0.01)
     assert len(results) == 2

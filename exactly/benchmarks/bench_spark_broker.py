@@ -20,10 +20,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from benchmarks._harness import Result, interleaved
-from benchmarks._workload import copy_journal
-from benchmarks.bench_broker import Unavailable, _start
-from benchmarks.bench_spark import _CONTENT, _populate
+from exactly.benchmarks._harness import Result, interleaved
+from exactly.benchmarks._workload import copy_journal
+from exactly.benchmarks.bench_broker import Unavailable, _start
+from exactly.benchmarks.bench_spark import _CONTENT, _populate
 from journal import GazetteClient, LocalJournalStore
 
 
@@ -93,7 +93,7 @@ if __name__ == "__main__":
     import os
     import time
 
-    from benchmarks._harness import format_table
+    from exactly.benchmarks._harness import format_table
 
     t0 = time.perf_counter()
     print(format_table(run(float(os.environ.get("BENCH_SCALE", "1")))))

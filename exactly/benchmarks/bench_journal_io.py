@@ -16,10 +16,11 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import cast
 
 import orjson
 
-from benchmarks._harness import Result, interleaved
+from exactly.benchmarks._harness import Result, interleaved
 from journal import LocalJournalStore
 from message import JsonDocument, Publisher, ReadCommittedIter, ReadUncommittedIter
 
@@ -72,7 +73,7 @@ def _follow_latency(root: Path, count: int) -> list[float]:
         def follow() -> None:
             ready.set()
             for env in it:
-                latencies.append(time.perf_counter() - env.message["t"])
+                latencies.append(time.perf_counter() - cast(JsonDocument, env.message)["t"])
                 if len(latencies) == count:
                     return
 

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks._harness import Result, interleaved
+from exactly.benchmarks._harness import Result, interleaved
 from journal import LocalJournalStore
 
 RECORD = b"x" * 99 + b"\n"
@@ -109,7 +109,7 @@ def bulk_ms(seconds: float, count: int) -> float:
 
 
 if __name__ == "__main__":
-    from benchmarks._harness import format_table
+    from exactly.benchmarks._harness import format_table
 
     t0 = time.perf_counter()
     print(format_table(run(float(os.environ.get("BENCH_SCALE", "1")))))

@@ -21,8 +21,9 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
+from typing import cast
 
-from benchmarks._harness import Result, interleaved
+from exactly.benchmarks._harness import Result, interleaved
 from journal import LocalJournalStore
 from message import JsonDocument, Publisher, Transaction, modulo_mapping
 
@@ -38,7 +39,7 @@ def _populate(root: Path, n: int) -> tuple[list[str], int]:
         for i in range(4):
             store.create(f"clicks/part-{i}", {"content-type": "application/x-ndjson", "app": "c"})
         parts = store.list("app=c")
-        mapping = modulo_mapping(lambda d: d["session"], lambda: parts)
+        mapping = modulo_mapping(lambda d: cast(JsonDocument, d)["session"], lambda: parts)
 
         def click() -> JsonDocument:
             return JsonDocument(session=f"s{rng.randrange(5000)}", page=rng.choice(_PAGES),

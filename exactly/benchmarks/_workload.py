@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 import time
-import uuid
 from dataclasses import dataclass
+from uuid import UUID
 
 import orjson
 
@@ -20,16 +20,16 @@ NDJSON = "application/x-ndjson"
 class Msg:
     """The smallest Message: just a UUID."""
 
-    uuid: uuid.UUID
+    id: UUID
 
-    def get_uuid(self) -> uuid.UUID:
-        return self.uuid
+    def get_uuid(self) -> UUID:
+        return self.id
 
-    def set_uuid(self, u: uuid.UUID) -> None:
-        self.uuid = u
+    def set_uuid(self, u: UUID) -> None:
+        self.id = u
 
     def new_acknowledgement(self, journal: str) -> Msg:
-        return Msg(uuid.UUID(int=0))
+        return Msg(UUID(int=0))
 
 
 def envelopes(n: int, producers: int = 100, seed: int = 1, frame: int = 100) -> list[Envelope]:

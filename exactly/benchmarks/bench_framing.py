@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 from google.protobuf import struct_pb2
 
-from benchmarks._harness import Result, interleaved
+from exactly.benchmarks._harness import Result, interleaved
 from framing import (
     CONTENT_TYPE_CSV,
     CONTENT_TYPE_JSON_LINES,
@@ -213,6 +213,6 @@ def run(scale: float) -> list[Result]:
 
 
 if __name__ == "__main__":
-    from benchmarks._harness import format_table
+    from exactly.benchmarks._harness import format_table
 
     print(format_table(run(1.0)))

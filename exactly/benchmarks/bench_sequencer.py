@@ -8,8 +8,8 @@ how many times that floor sequencing costs.
 
 from __future__ import annotations
 
-from benchmarks._harness import Result, interleaved
-from benchmarks._workload import envelopes
+from exactly.benchmarks._harness import Result, interleaved
+from exactly.benchmarks._workload import envelopes
 from message import Envelope, MustStartReplay, Sequencer
 
 

@@ -2,7 +2,7 @@
 
 Each benchmark measures a candidate against a baseline side by side in one
 run and reports the ratio, since the machines are shared and noisy. To add
-one, write ``benchmarks/bench_<name>.py`` with ``run(scale) -> list[Result]``
+one, write ``exactly/benchmarks/bench_<name>.py`` with ``run(scale) -> list[Result]``
 and list its module name in ``BENCHMARKS``.
 """
 

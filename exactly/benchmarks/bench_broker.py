@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks._harness import Result, interleaved
-from benchmarks._workload import copy_journal, publish_mixed
+from exactly.benchmarks._harness import Result, interleaved
+from exactly.benchmarks._workload import copy_journal, publish_mixed
 from journal import GazetteClient, LocalJournalStore
 from message import JsonDocument, ReadCommittedIter
 
@@ -158,7 +158,7 @@ def _measure(cluster: object, base: Path, n: int, messages: int) -> list[Result]
 
 
 if __name__ == "__main__":
-    from benchmarks._harness import format_table
+    from exactly.benchmarks._harness import format_table
 
     t0 = time.perf_counter()
     print(format_table(run(float(os.environ.get("BENCH_SCALE", "1")))))

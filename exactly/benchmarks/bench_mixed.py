@@ -4,7 +4,7 @@ Workload (``_workload.mixed_frames``): 1M envelopes at scale 1, 100
 producers, 2 journals, 90% OUTSIDE_TXN messages, 10% in transactions of 1 to
 8 messages (each then its ACK), 1% of frames duplicated (a retried append).
 The same frames are written to a ``LocalJournalStore`` for this side and to
-files for the Go program ``benchmarks/go_sequencer`` (built on the fly with
+files for the Go program ``exactly/benchmarks/go_sequencer`` (built on the fly with
 ``exactly.localcluster.build_go_program``; one core: ``GOMAXPROCS=1``). Runs
 alternate: Go, then ours, three times; the best of each is kept.
 
@@ -37,8 +37,8 @@ from typing import Any
 
 import orjson
 
-from benchmarks._harness import Result, interleaved
-from benchmarks._workload import mixed_frames
+from exactly.benchmarks._harness import Result, interleaved
+from exactly.benchmarks._workload import mixed_frames
 from journal import LocalJournalStore
 from message import (
     Envelope,
@@ -151,7 +151,8 @@ def peak_rss(root: Path, journal: str) -> None:
 
 
 def _rss_of(root: Path, journal: str) -> float:
-    code = "import sys; from benchmarks.bench_mixed import peak_rss; peak_rss(*sys.argv[1:])"
+    code = ("import sys; from exactly.benchmarks.bench_mixed import peak_rss;"
+            " peak_rss(*sys.argv[1:])")
     out = subprocess.run([sys.executable, "-c", code, str(root), journal], capture_output=True,
                          text=True, check=True, timeout=600)
     return int(out.stdout.split()[-1]) / 1024
@@ -210,9 +211,11 @@ def run(scale: float) -> list[Result]:
             # split from its bytes (contiguous in memory), as in bench_journal_io.
             lines = []
             for name in JOURNALS:
+                chunks = []
                 with store.read(name) as r:
-                    lines.append(b"".join(iter(lambda r=r: r.read(1 << 20), b""))
-                                 .splitlines(keepends=True))
+                    while chunk := r.read(1 << 20):
+                        chunks.append(chunk)
+                lines.append(b"".join(chunks).splitlines(keepends=True))
             reads = interleaved({
                 "uncommitted": lambda: _read_uncommitted(store),
                 "committed": lambda: _read_committed(store),
@@ -245,7 +248,7 @@ def run(scale: float) -> list[Result]:
 
 
 def _describe(results: list[Any]) -> str:
-    from benchmarks._harness import format_table
+    from exactly.benchmarks._harness import format_table
 
     return format_table(results)
 

@@ -1,4 +1,4 @@
-"""Run the benchmarks listed in ``benchmarks.BENCHMARKS`` and print a table."""
+"""Run the benchmarks listed in ``exactly.benchmarks.BENCHMARKS`` and print a table."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import importlib
 import sys
 import time
 
-from benchmarks import BENCHMARKS
-from benchmarks._harness import Result, format_table
+from exactly.benchmarks import BENCHMARKS
+from exactly.benchmarks._harness import Result, format_table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,11 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         t0 = time.perf_counter()
         print(f"running {name} ...", file=sys.stderr, flush=True)
-        module = importlib.import_module(f"benchmarks.{name}")
+        module = importlib.import_module(f"exactly.benchmarks.{name}")
         results.extend(module.run(scale))
         print(f"  done in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     print(format_table(results))
-    from message._core import IMPLEMENTATION
+    from message import IMPLEMENTATION
 
     print("implementation: " + ("native core (message/_native.c, journal/_native.c)"
                                 if IMPLEMENTATION == "native" else

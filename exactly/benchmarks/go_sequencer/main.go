@@ -3,7 +3,7 @@
 //
 //	go-sequencer-bench DIR
 //
-// DIR holds the workload benchmarks/bench_mixed.py wrote: j0.ndjson and
+// DIR holds the workload exactly/benchmarks/bench_mixed.py wrote: j0.ndjson and
 // j1.ndjson (the frames of two journals) and order (one byte per envelope:
 // the journal it was read from, in the order the Sequencer-alone row queues
 // them). It prints one JSON object: envelopes per second of
