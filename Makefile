@@ -30,7 +30,7 @@ demo-cluster: $(STAMP)    ## the same demo on local Gazette and Spark clusters (
 # The tests that touch message, framing and journal, run a second time on
 # the Python implementation (EXACTLY_PURE_PYTHON=1): Spark's and the Gazette
 # cluster's own tests run once.
-PURE_TESTS ?= -m "not spark and not slow and not gazette" --ignore=tests/test_localcluster.py
+PURE_TESTS ?= -m "not spark and not slow and not gazette" --ignore=tests/exactly/test_localcluster.py
 
 test: $(STAMP)            ## run the whole test suite, on the native core then on the Python implementation
 	$(BIN)/ruff check .

@@ -23,35 +23,79 @@ ProducerID, the producer's Clock (timestamp and counter) and Flags::
     True
 
 **Publish** with a ``Publisher``: ``publish_committed`` for messages readable
-at once, ``publish_uncommitted`` then ``build_ack_intents`` for transactions.
+at once; ``publish_uncommitted``, then ``build_ack_intents`` appended, for a
+transaction (``Transaction`` does both, with the intents kept durable first).
+A store is a ``JournalClient``; here, the embedded one in a directory::
 
-**Read uncommitted** with ``ReadUncommittedIter``: every frame, duplicates and
-unacknowledged transactions included.
+    >>> import tempfile
+    >>> from journal import LocalJournalStore
+    >>> from message import JsonDocument, Publisher, modulo_mapping
+    >>> store = LocalJournalStore(tempfile.mkdtemp())
+    >>> _ = store.create("clicks/part-0", {"content-type": "application/x-ndjson"})
+    >>> to_part = modulo_mapping(lambda doc: doc["session"],
+    ...                          lambda: store.list("name=clicks/part-0"))
+    >>> pub = Publisher(store)
+    >>> pub.publish_committed(to_part, JsonDocument(session="s-1", page="/")).result().begin
+    0
+    >>> _ = pub.publish_uncommitted(to_part, JsonDocument(session="s-1", page="/cart"))
+    >>> _ = pub.publish_uncommitted(to_part, JsonDocument(session="s-2", page="/buy"))
+    >>> for intent in pub.build_ack_intents():      # commits the two above
+    ...     _ = store.append(intent.journal, intent.intent).result()
+
+**Read uncommitted** with ``ReadUncommittedIter``: every frame as an
+``Envelope`` (journal, offsets, message), duplicates and unacknowledged
+transactions included, the ACK too::
+
+    >>> from message import Flags, ReadUncommittedIter, get_flags
+    >>> new_doc = lambda spec: JsonDocument()
+    >>> with ReadUncommittedIter(store, "clicks/part-0", new_doc) as it:
+    ...     [Flags(get_flags(env.message.get_uuid())).name for env in it]
+    ['OUTSIDE_TXN', 'CONTINUE_TXN', 'CONTINUE_TXN', 'ACK_TXN']
 
 **Sequence.** A :class:`Sequencer` turns read-uncommitted envelopes into
 committed ones: it drops duplicates, holds transactions until their ACK and
-drops rolled-back ones::
+drops rolled-back ones. A frame appended twice (a retried append) is
+delivered once::
 
-    seq = Sequencer(buffer=4096)
-    for env in uncommitted:
-        seq.queue_uncommitted(env)
-        while True:
-            try:
-                committed = seq.deque_committed()
-            except MustStartReplay:
-                begin, end = seq.replay_range()
-                seq.start_replay(read_uncommitted(journal, begin, end))
-                continue
-            if committed is None:
-                break
-            handle(committed)
+    >>> from message import MustStartReplay, Sequencer
+    >>> with ReadUncommittedIter(store, "clicks/part-0", new_doc) as it:
+    ...     uncommitted = list(it)
+    >>> seq, committed = Sequencer(buffer=4096), []
+    >>> for env in uncommitted + uncommitted[:1]:        # the first one, again
+    ...     _ = seq.queue_uncommitted(env)
+    ...     while (out := seq.deque_committed()) is not None:
+    ...         committed.append(out.message.get("page"))
+    >>> committed
+    ['/', '/cart', '/buy', None]
 
-**Read committed** with ``ReadCommittedIter``, which does all of the above.
+(``None`` is the ACK's page: the ACK is delivered too, as in Gazette. A
+Sequencer whose ring no longer holds a transaction's first messages raises
+``MustStartReplay`` from ``deque_committed``: read
+``seq.replay_range()`` again and pass it to ``seq.start_replay``.)
 
-**Checkpoint.** ``Sequencer.producer_states()`` and the read offsets make a
-:class:`Checkpoint`; a reader restored from it resumes with nothing lost and
-nothing repeated. ``Checkpoint.to_bytes()`` is wire-compatible with Gazette's
-consumer checkpoint.
+**Read committed** with ``ReadCommittedIter``, which does all of the above,
+replays included::
+
+    >>> from message import ReadCommittedIter
+    >>> with ReadCommittedIter(store, "clicks/part-0", new_doc) as it:
+    ...     [env.message["page"] for env in it if "page" in env.message]
+    ['/', '/cart', '/buy']
+
+**Checkpoint.** ``ReadCommittedIter.checkpoint()`` (read offsets and the
+producers' states) may be taken between any two messages; a reader made
+with it resumes with nothing lost and nothing repeated.
+``Checkpoint.to_bytes()`` is wire-compatible with Gazette's consumer
+checkpoint::
+
+    >>> from message import Checkpoint
+    >>> with ReadCommittedIter(store, "clicks/part-0", new_doc) as it:
+    ...     first = next(it).message["page"]
+    ...     saved = it.checkpoint().to_bytes()
+    >>> resumed = ReadCommittedIter(store, "clicks/part-0", new_doc,
+    ...                             checkpoint=Checkpoint.from_bytes(saved))
+    >>> [first] + [env.message["page"] for env in resumed if "page" in env.message]
+    ['/', '/cart', '/buy']
+    >>> resumed.close(); store.close()
 """
 
 from ._checkpoint import Checkpoint as Checkpoint

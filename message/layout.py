@@ -3,7 +3,7 @@
 Every other piece of code that takes a UUID apart (the Python Sequencer, the
 Publisher, the native core in ``message/_native.c``, the Spark source's
 vectorised scan) takes its numbers from here; the native core's copies are
-checked against this module by the test suite (``tests/test_layout.py``).
+checked against this module by the test suite (``tests/message/test_layout.py``).
 
 A message UUID is an RFC 4122 version 1 UUID laid out as Gazette's
 ``BuildUUID``. As a 128-bit integer ``i`` (``uuid.UUID.int``), big-endian::

@@ -9,7 +9,7 @@ the time is up, it alternates two loops on the same journals:
   they are SIGKILLed at random moments. After each round a fresh store must
   see only whole, intact records, every acknowledged append at its offsets,
   each writer's records as a gap-free prefix of what it issued, and every
-  fragment matching its name (the invariants of tests/test_journal_crash.py).
+  fragment matching its name (the invariants of tests/journal/test_journal_crash.py).
 * **consumers**: publisher processes publish committed messages and
   transactions (some aborted) to an NDJSON journal, while a consumer process
   reads it committed with ``block=True`` and a small Sequencer ring, writes
@@ -47,7 +47,7 @@ from tests import test_journal_crash as crash
 
 REPO: Final = str(Path(__file__).resolve().parent.parent)
 CHILD: Final = str(Path(__file__).with_name("journal_child.py"))
-# The writers loop checks what tests/test_journal_crash.py checks, on its journal.
+# The writers loop checks what tests/journal/test_journal_crash.py checks, on its journal.
 CRASH_JOURNAL: Final = crash.JOURNAL
 EVENTS: Final = "soak/events"
 WRITER_FRAGMENT: Final = crash.FRAGMENT_SIZE

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from framing import FrameDecodeError, FrameEncodeError, TruncatedFrameError
-from tests.test_framing_strategies import CSV, READERS, Row, csv_records
+from tests.framing.strategies import CSV, READERS, Row, csv_records
 
 U = "9f2ba8e4-2f6d-11ef-8000-0b1a2c3d4e5f"
 

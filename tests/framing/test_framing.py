@@ -30,7 +30,7 @@ from framing import (
     unpack_line,
 )
 from framing.testing import ShortReader, check_framing
-from tests.test_framing_strategies import (
+from tests.framing.strategies import (
     BUILT_INS,
     CSV,
     FIXED,

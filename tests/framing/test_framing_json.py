@@ -18,7 +18,7 @@ from framing import (
     TruncatedFrameError,
     UnsupportedMessageError,
 )
-from tests.test_framing_strategies import (
+from tests.framing.strategies import (
     NDJSON,
     READERS,
     Event,

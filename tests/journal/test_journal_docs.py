@@ -11,7 +11,7 @@ from pathlib import Path
 
 import journal
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_journal_package_doctest() -> None:

@@ -498,7 +498,7 @@ def test_gazette_doc_example_runs(gazette_cluster: Any, tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     blocks = re.findall(r"```python\n(.*?)```", (root / "docs" / "gazette.md").read_text(), re.S)
     assert blocks
     for code in blocks:
@@ -549,7 +549,7 @@ def test_transaction_intents_recovered_after_sigkill(
         for i in range(2):
             c.create(f"{gazette_prefix}part-{i}", NDJSON)
     log_path = tmp_path / "intents.json"
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     r = subprocess.run(
         [sys.executable, "-c", _CRASHING_TXN, gazette_cluster.address, gazette_prefix,
          str(log_path), str(written)],

@@ -26,7 +26,7 @@ from framing import (
     FramingError,
     TruncatedFrameError,
 )
-from tests.test_framing_strategies import BUILT_INS, READERS, Event, messages_for
+from tests.framing.strategies import BUILT_INS, READERS, Event, messages_for
 
 # Decoding targets per framing: the first is used to compare the paths.
 TARGETS: dict[str, list[Callable[[], Any]]] = {

@@ -27,7 +27,7 @@ from exactly.localcluster import (
     build_go_program,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def pid_alive(pid: int) -> bool:

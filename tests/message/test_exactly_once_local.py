@@ -131,7 +131,7 @@ def test_publisher_processes_killed_mid_transaction(tmp_path: Path) -> None:
     nothing else of a killed producer's open transaction is."""
     with LocalJournalStore(tmp_path) as store:
         store.create(J, NDJSON)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", PRODUCER, str(tmp_path), f"p{n}", mode],

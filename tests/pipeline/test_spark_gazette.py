@@ -22,7 +22,7 @@ from message import (
     get_flags,
 )
 from pipeline._stores import STATE_PREFIX
-from tests.test_spark_source import random_workload
+from tests.pipeline.test_spark_source import random_workload
 
 pytestmark = pytest.mark.spark
 

@@ -32,7 +32,7 @@ from journal._files import JournalDir, open_commit, read_record
 from journal._fragment import open_name, sealed_name
 
 NDJSON = {"content-type": "application/x-ndjson"}
-REPO = str(Path(__file__).resolve().parent.parent)
+REPO = str(Path(__file__).resolve().parents[2])
 
 
 @pytest.fixture

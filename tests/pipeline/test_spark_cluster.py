@@ -30,7 +30,7 @@ from message import (
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NDJSON = {"content-type": "application/x-ndjson"}
 
 

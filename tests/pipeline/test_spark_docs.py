@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "spark.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "spark.md"
 
 
 @pytest.mark.spark

@@ -62,7 +62,7 @@ from tests.strategies import Workload, chaos_workloads, workloads
 J = "odd/part-0"
 NDJSON = {"content-type": "application/x-ndjson"}
 CSV = {"content-type": "text/csv"}
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 needs_c = pytest.mark.skipif(_core.NATIVE is None, reason="the native core is not in use here")
 

@@ -242,7 +242,7 @@ def test_read_proto_class_from_the_working_directory(tmp_path: Path) -> None:
     _proto_journal(root)
     # The generated module, as a user's own generated code beside their data.
     (tmp_path / "mine_pb2.py").write_bytes(
-        (Path(__file__).resolve().parent / "examples_pb2.py").read_bytes())
+        (Path(__file__).resolve().parents[1] / "examples_pb2.py").read_bytes())
     r = subprocess.run(
         [sys.executable, "-P", "-m", "exactly", "--root", str(root),
          "read", "p/j", "--proto", "mine_pb2.PageView"],

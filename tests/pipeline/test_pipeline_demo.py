@@ -57,7 +57,7 @@ def test_cluster_demo_runs_and_stops_everything(gazette_binaries: Any, tmp_path:
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     store = tmp_path / "demo-cluster"
     r = subprocess.run(
         [sys.executable, "-m", "exactly", "demo", "--cluster", "--store", str(store)],

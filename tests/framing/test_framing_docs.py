@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "framing.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "framing.md"
 
 
 def test_framing_doc_examples_run() -> None:

@@ -313,7 +313,7 @@ def kill_an_attempt_mid_write(root: str, journal: str = "out") -> None:
     """A write task attempt in a process of its own, SIGKILLed while it publishes."""
     with subprocess.Popen(
         [sys.executable, "-c", _KILLED_ATTEMPT, root, journal],
-        stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2],
     ) as proc:
         assert proc.stdout is not None
         assert proc.stdout.readline() == b"writing\n"

@@ -16,7 +16,7 @@ import pytest
 from journal import GazetteClient
 from message import JournalIntentLog, JsonDocument, Publisher
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str, input: str | None = None, env: dict[str, str] | None = None,

@@ -36,8 +36,8 @@ import pytest
 from journal import LocalJournalStore
 from tests.journal_child import decode_records, encode_record
 
-CHILD: Final = str(Path(__file__).with_name("journal_child.py"))
-REPO: Final = str(Path(__file__).resolve().parent.parent)
+CHILD: Final = str(Path(__file__).resolve().parents[1] / "journal_child.py")
+REPO: Final = str(Path(__file__).resolve().parents[2])
 ITERATIONS: Final = int(os.environ.get("JOURNAL_CRASH_ITERATIONS", "40"))
 # Small fragments, so that kills also land in the middle of seals.
 FRAGMENT_SIZE: Final = 2048
