@@ -80,6 +80,7 @@ __all__ = [
     "DEFAULT_MAX_APPEND_SIZE",
     "MemoryJournalClient",
     "MemoryJournalReader",
+    "OffsetTracker",
     "GazetteClient",
     "GazetteReader",
     "JournalRoute",

@@ -1,7 +1,7 @@
 """A child process for the journal tests: appends or follows, until killed.
 
-    python tests/journal_child.py append ROOT JOURNAL CHILD_ID FRAGMENT_SIZE REPORT [COUNT]
-    python tests/journal_child.py follow ROOT JOURNAL REPORT
+    python -m tests.journal_child append ROOT JOURNAL CHILD_ID FRAGMENT_SIZE REPORT [COUNT]
+    python -m tests.journal_child follow ROOT JOURNAL REPORT
 
 ``append`` appends self-checking records (see ``encode_record``) in bursts,
 many in flight at once, and writes ``"<child> <seq> <begin> <end>\\n"`` to

@@ -46,7 +46,10 @@ from typing import Any, Final
 from tests import test_journal_crash as crash
 
 REPO: Final = str(Path(__file__).resolve().parent.parent)
-CHILD: Final = str(Path(__file__).with_name("journal_child.py"))
+# Run as a module from the repository (not as a script: the script's own
+# directory, tests/, would come first on sys.path, and its package
+# directories would shadow the packages they test).
+CHILD: Final = "tests.journal_child"
 # The writers loop checks what tests/journal/test_journal_crash.py checks, on its journal.
 CRASH_JOURNAL: Final = crash.JOURNAL
 EVENTS: Final = "soak/events"
@@ -178,7 +181,7 @@ class Soak:
     # -- processes --
 
     def _spawn(self, *args: str, script: str | None = None) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, script, *args] if script else [
+        cmd = [sys.executable, "-m", script, *args] if script else [
             sys.executable, "-m", "tests.soak", *args
         ]
         # Unbuffered: the "ready" line is read alone, and communicate() then

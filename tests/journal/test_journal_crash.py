@@ -36,7 +36,9 @@ import pytest
 from journal import LocalJournalStore
 from tests.journal_child import decode_records, encode_record
 
-CHILD: Final = str(Path(__file__).resolve().parents[1] / "journal_child.py")
+# A module run from the repository: as a script, its directory (tests/, whose
+# package directories are named as the packages) would come first on sys.path.
+CHILD: Final = "tests.journal_child"
 REPO: Final = str(Path(__file__).resolve().parents[2])
 ITERATIONS: Final = int(os.environ.get("JOURNAL_CRASH_ITERATIONS", "40"))
 # Small fragments, so that kills also land in the middle of seals.
@@ -46,7 +48,7 @@ JOURNAL: Final = "crash/test"
 
 def _spawn(*args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, CHILD, *args], cwd=REPO, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [sys.executable, "-m", CHILD, *args], cwd=REPO, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
 
 
