@@ -1,4 +1,9 @@
-"""The ``exactly`` command line, run as a user would: in subprocesses."""
+"""The ``exactly`` command line, run as a user would: in subprocesses.
+
+SPEC section 7 is checked here: the subcommands --help lists, journal
+administration, append, read (uncommitted, committed, follow), the demo, and
+one-line errors without a traceback (user mistakes exit 1, usage mistakes 2).
+test_cli_gazette.py checks ``--broker`` (SPEC section 8)."""
 
 from __future__ import annotations
 
@@ -26,10 +31,12 @@ def ok(root: Path, *args: str, input: str | None = None) -> str:
 
 
 def test_help_lists_subcommands(tmp_path: Path) -> None:
-    """--help names every subcommand."""
-    out = ok(tmp_path, "--help")
+    """--help names every subcommand, run as the installed console script."""
+    script = Path(sys.executable).parent / "exactly"
+    r = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
     for cmd in ("journals", "append", "read", "inspect", "demo", "bench"):
-        assert cmd in out
+        assert cmd in r.stdout
 
 
 def test_create_append_read_inspect(tmp_path: Path) -> None:
@@ -59,6 +66,7 @@ def test_transaction_append_and_uncommitted_read(tmp_path: Path) -> None:
     assert flags == [1, 1, 2]
     committed = [json.loads(x)["message"] for x in ok(root, "read", "t/j").splitlines()]
     assert [m.get("n") for m in committed] == [1, 2, None]
+    assert ok(root, "read", "t/j", "--committed") == ok(root, "read", "t/j")
 
 
 def test_follow_prints_new_messages_promptly(tmp_path: Path) -> None:
@@ -101,6 +109,25 @@ def test_user_mistakes_print_one_line(tmp_path: Path, args, stdin, needle) -> No
     assert r.returncode == 1
     assert r.stderr.startswith("exactly: error:") and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+    assert needle in r.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (("read",), "required: name"),
+        (("append",), "required: name"),
+        (("read", "j/x", "--limit", "many"), "not a number: 'many'"),
+        (("no-such-command",), "invalid choice: 'no-such-command'"),
+    ],
+)
+def test_usage_mistakes_print_one_line(tmp_path: Path, args, needle) -> None:
+    """A command line that does not parse prints one line naming the mistake,
+    no usage block and no traceback, and exits 2."""
+    r = run(tmp_path / "store", *args)
+    assert r.returncode == 2
+    assert "error:" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert needle in r.stderr
 
 

@@ -1,5 +1,14 @@
 """The framing package as a whole: constants, registry, errors, exports,
-the conformance check for every built-in framing, and ``unpack_line``."""
+the conformance check for every built-in framing, and ``unpack_line``.
+
+SPEC section 4 is checked here (constants, ``register_framing``,
+``framing_by_content_type`` and its error, the ``Framing`` contract through
+``check_framing``: one frame per call, ``EOFError``, ``TruncatedFrameError``;
+``unpack_line``) and in the modules of each framing: test_framing_json.py
+(NDJSON hooks, dicts, dataclasses), test_framing_csv.py (RFC 4180, hooks),
+test_framing_fixed.py (``encode_fixed_proto_frame``, ``unpack_fixed_frame``,
+``DesyncError``). tests/message/test_reader.py reads journals through a
+registered framing of the user's own."""
 
 from __future__ import annotations
 

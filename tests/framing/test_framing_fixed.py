@@ -106,6 +106,10 @@ def test_decode_trailing_newline(kind: str) -> None:
         assert r.peek(1)[:1] == b"\n"  # The reader is at the newline.
     with pytest.raises(EOFError):
         unmarshal(msg)
+    # A lone newline is a clean end too.
+    assert unpack_fixed_frame(READERS[kind](b"\n")) == b""
+    with pytest.raises(EOFError):
+        _unmarshal(b"\n", kind)[1](msg)
 
 
 @pytest.mark.parametrize("kind", sorted(READERS))

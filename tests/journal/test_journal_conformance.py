@@ -1,4 +1,15 @@
-"""Both shipped JournalStore implementations pass the conformance suite."""
+"""Both shipped JournalStore implementations pass the conformance suite.
+
+SPEC section 5 is checked here, through journal.testing's checks: the
+``JournalClient`` protocol (``list`` with selectors, ``get``, ``append``
+contiguous and never interleaved across threads, ``read`` with ``offset``,
+``end_offset`` and ``block``, ``flush``, ``close``, the context manager) and
+``create``, idempotent or ``JournalExistsError``. Elsewhere:
+test_journal_labels.py (``JournalSpec``, ``LabelSet``, selectors,
+``AppendResult``), test_journal_crash.py (appends from several processes; no
+partial frame and no acknowledged append lost across SIGKILL),
+test_journal_local.py (the on-disk store), test_gazette_client.py (SPEC
+section 8)."""
 
 from __future__ import annotations
 

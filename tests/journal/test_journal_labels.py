@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import types
 
@@ -90,14 +91,18 @@ def test_journal_spec_accepts_a_plain_dict() -> None:
 
 
 def test_journal_spec_is_frozen() -> None:
-    """A JournalSpec cannot be changed after construction."""
+    """A JournalSpec is a frozen dataclass: it cannot be changed after construction."""
+    assert dataclasses.is_dataclass(JournalSpec)
+    assert [f.name for f in dataclasses.fields(JournalSpec)][:2] == ["name", "labels"]
     spec = JournalSpec("a/b")
-    with pytest.raises(AttributeError):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         spec.name = "c"  # type: ignore[misc]
 
 
 def test_append_result_is_a_named_tuple() -> None:
-    """AppendResult unpacks as (journal, begin, end)."""
+    """AppendResult is a NamedTuple: (journal, begin, end)."""
+    assert issubclass(AppendResult, tuple)
+    assert AppendResult._fields == ("journal", "begin", "end")
     journal_name, begin, end = AppendResult("j", 3, 9)
     assert (journal_name, begin, end) == ("j", 3, 9)
     assert AppendResult("j", 3, 9).end == 9
@@ -215,6 +220,9 @@ def test_parse_label_selector_cases(text: str, expect: LabelSelector) -> None:
         ("prefix=a", "must end in '/'"),
         ("foo in (a", "could not match"),
         ("a=b\n", "could not match"),
+        ("!", "could not match"),
+        ("=x", "could not match"),
+        ("app notin a", "could not match"),
     ],
 )
 def test_malformed_selectors(text: str, message: str) -> None:

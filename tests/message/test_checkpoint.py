@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from message import Checkpoint, ProducerState, Sequencer
+from message import Checkpoint, CheckpointError, MessageError, ProducerState, Sequencer
 from tests.strategies import EnvelopeGenerator, producer, state_key
 
 # Checkpoint{Sources: {"a/journal": {ReadThrough: 1234, Producers: [
@@ -198,6 +199,23 @@ def test_empty_checkpoint() -> None:
     assert empty.to_bytes() == b""
     assert canonical(Checkpoint.from_bytes(b"")) == ({}, set(), {})
     assert canonical(Checkpoint.from_json(empty.to_json())) == ({}, set(), {})
+
+
+@pytest.mark.parametrize(
+    ("decode", "data"),
+    [
+        (Checkpoint.from_bytes, b"\xff\xff\xff"),
+        (Checkpoint.from_json, "not json"),
+        (Checkpoint.from_json, "[1]"),
+        (Checkpoint.from_json, '{"offsets": 3}'),
+    ],
+)
+def test_garbage_is_a_checkpoint_error(decode: Any, data: Any) -> None:
+    """Bytes or text that are no checkpoint raise CheckpointError: a
+    MessageError and a ValueError (SPEC: errors derive from the package's base)."""
+    with pytest.raises(CheckpointError) as info:
+        decode(data)
+    assert isinstance(info.value, MessageError) and isinstance(info.value, ValueError)
 
 
 def test_json_round_trip_of_fixtures() -> None:

@@ -306,6 +306,25 @@ def test_rendezvous_recomputes_for_new_partitions() -> None:
     assert mapping({"key": "It always"}) == ("a/topic/part-000", NDJSON)
 
 
+def test_mappings_follow_a_new_partitions_object() -> None:
+    """Only a partitions() result identical by ``is`` to the last one may reuse
+    cached per-journal hashes: after renamed or fewer partitions, modulo and
+    rendezvous both map as a fresh mapping over the new ones."""
+    first = partitions(7)
+    renamed = partitions(7, "other/part-%03d")
+    keys = [f"key-{i}" for i in range(20)]
+    for make in (modulo_mapping, rendezvous_mapping):
+        for hash_name in ("mmh3", "fnv1a"):
+            current = [first]
+            mapping = make(by_text, lambda c=current: c[0], hash=hash_name)
+            for parts in (first, renamed, renamed[:3], first):
+                current[0] = parts
+                fresh = make(by_text, lambda p=parts: p, hash=hash_name)
+                for k in keys:
+                    assert mapping({"key": k}) == fresh({"key": k}), (make, hash_name, k)
+                assert {mapping({"key": k})[0] for k in keys} <= {p.name for p in parts}
+
+
 def test_rendezvous_mapping_from_mmh3_fresh_vs_cached() -> None:
     """With the default hash, repeated calls on the same partitions agree with a fresh mapping."""
     parts = partitions(64)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import threading
 import uuid
 from collections import defaultdict
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import pytest
 
-from journal import JournalSpec, MemoryJournalClient
+from journal import AppendResult, JournalSpec, MemoryJournalClient
 from message import (
+    AckIntent,
     Clock,
     EmptyPartitionsError,
     Flags,
@@ -71,35 +73,71 @@ def client():
 
 
 def test_publish_committed_stamps_increasing_outside_txn_clocks(client) -> None:
-    """publish_committed ticks the clock once per message and stamps OUTSIDE_TXN."""
-    pub = Publisher(client, Clock())
+    """publish_committed ticks the given clock once per message, stamps
+    OUTSIDE_TXN, and returns a Future of the frame's AppendResult; it leaves
+    nothing for build_ack_intents."""
+    clock = Clock()
+    pub = Publisher(client, clock)
+    results = []
     for s in ("hello", "world", "beer!"):
-        pub.publish_committed(to("a/journal"), Doc(s)).result()
+        fut = pub.publish_committed(to("a/journal"), Doc(s))
+        assert isinstance(fut, Future)
+        results.append(fut.result())
+    assert clock.value == 3
     assert read_all(client, "a/journal") == [
         Doc("hello", build_uuid(pub.producer_id, 1, Flags.OUTSIDE_TXN)),
         Doc("world", build_uuid(pub.producer_id, 2, Flags.OUTSIDE_TXN)),
         Doc("beer!", build_uuid(pub.producer_id, 3, Flags.OUTSIDE_TXN)),
     ]
+    envs = list(ReadUncommittedIter(client, "a/journal", lambda _s: Doc()))
+    assert all(isinstance(r, AppendResult) and r.journal == "a/journal" for r in results)
+    assert [(r.begin, r.end) for r in results] == [(e.begin, e.end) for e in envs]
+    assert pub.build_ack_intents() == []
+
+
+class InvalidError(Exception):
+    pass
+
+
+@dataclass
+class Validated(Doc):
+    def validate(self) -> None:
+        if self.fail:
+            raise InvalidError("bad message")
 
 
 def test_validation_error_propagates_before_mapping(client) -> None:
-    """A message's validate() error propagates unchanged, before mapping runs."""
-    pub = Publisher(client, Clock())
+    """A message's validate() is called first, by both publish methods; its
+    error propagates unchanged, before mapping runs, and nothing is appended."""
+    clock = Clock()
+    pub = Publisher(client, clock)
 
     def mapping(_msg: object) -> tuple[str, str]:
         raise AssertionError("mapping must not be called")
 
     with pytest.raises(ValueError, match="whoops!"):
         pub.publish_committed(mapping, Doc(fail=True))
-    assert client.head("a/journal") == 0
+    for publish in (pub.publish_committed, pub.publish_uncommitted):
+        with pytest.raises(InvalidError) as info:
+            publish(mapping, Validated(fail=True))
+        assert type(info.value) is InvalidError and str(info.value) == "bad message"
+    assert client.head("a/journal") == 0 and clock.value == 0
+    assert pub.build_ack_intents() == []
+    pub.publish_committed(to("a/journal"), Validated("fine")).result()
+    assert client.head("a/journal") > 0
 
 
 def test_publish_uncommitted_and_ack_intents(client) -> None:
-    """ACK intents come per journal in first-publish order, with fresh clocks."""
+    """ACK intents come per journal in first-publish order, one per journal however
+    many messages went to it, as AckIntent(journal, bytes), with fresh clocks."""
     pub = Publisher(client, Clock())
     pub.publish_uncommitted(to("journal/one"), Doc("value one"))
     pub.publish_uncommitted(to("journal/two"), Doc("value two"))
+    assert isinstance(pub.publish_uncommitted(to("journal/one"), Doc("value 1b")).result(),
+                      AppendResult)
     intents = pub.build_ack_intents()
+    assert isinstance(intents, list) and all(isinstance(i, AckIntent) for i in intents)
+    assert all(type(i.intent) is bytes for i in intents)
     assert [i.journal for i in intents] == ["journal/one", "journal/two"]
     for i in intents:
         client.append(i.journal, i.intent).result()
@@ -114,17 +152,18 @@ def test_publish_uncommitted_and_ack_intents(client) -> None:
     p = pub.producer_id
     assert read_all(client, "journal/one") == [
         Doc("value one", build_uuid(p, 1, Flags.CONTINUE_TXN)),
-        Doc("", build_uuid(p, 3, Flags.ACK_TXN)),
-        Doc("value four", build_uuid(p, 6, Flags.CONTINUE_TXN)),
-        Doc("", build_uuid(p, 8, Flags.ACK_TXN)),
+        Doc("value 1b", build_uuid(p, 3, Flags.CONTINUE_TXN)),
+        Doc("", build_uuid(p, 4, Flags.ACK_TXN)),
+        Doc("value four", build_uuid(p, 7, Flags.CONTINUE_TXN)),
+        Doc("", build_uuid(p, 9, Flags.ACK_TXN)),
     ]
     assert read_all(client, "journal/two") == [
         Doc("value two", build_uuid(p, 2, Flags.CONTINUE_TXN)),
-        Doc("", build_uuid(p, 4, Flags.ACK_TXN)),
+        Doc("", build_uuid(p, 5, Flags.ACK_TXN)),
     ]
     assert read_all(client, "journal/three") == [
-        Doc("value three", build_uuid(p, 5, Flags.CONTINUE_TXN)),
-        Doc("", build_uuid(p, 7, Flags.ACK_TXN)),
+        Doc("value three", build_uuid(p, 6, Flags.CONTINUE_TXN)),
+        Doc("", build_uuid(p, 8, Flags.ACK_TXN)),
     ]
 
 
@@ -225,8 +264,6 @@ class FailingAppends:
 
     def append(self, name: str, data: bytes):
         if self.failing and name == self.journal:
-            from concurrent.futures import Future
-
             f: Future = Future()
             f.set_exception(OSError(28, "No space left on device"))
             return f
@@ -306,6 +343,33 @@ def test_intent_log_rejects_garbage(tmp_path) -> None:
     path.write_bytes(b"\x00not json")
     with pytest.raises(IntentLogError):
         IntentLog(path).load()
+
+
+class NoUUID(dict):
+    """A message type that cannot carry a UUID: the nil UUID, set_uuid ignored."""
+
+    def get_uuid(self) -> uuid.UUID:
+        return uuid.UUID(int=0)
+
+    def set_uuid(self, u: uuid.UUID) -> None:
+        pass
+
+    def new_acknowledgement(self, journal: str) -> NoUUID:
+        return NoUUID()
+
+
+def test_message_without_a_uuid_is_at_least_once(client) -> None:
+    """SPEC: a message type that returns the nil UUID and ignores set_uuid opts
+    out of exactly-once: each copy published is read committed."""
+    pub = Publisher(client)
+    m = NoUUID(n=1)
+    pub.publish_committed(to("a/journal"), m).result()
+    pub.publish_committed(to("a/journal"), m).result()
+    pub.publish_uncommitted(to("a/journal"), NoUUID(n=2)).result()  # Commits alone too.
+    assert m.get_uuid() == uuid.UUID(int=0)
+    it = ReadCommittedIter(client, "a/journal", lambda _s: NoUUID())
+    assert [dict(e.message) for e in it] == [{"n": 1}, {"n": 1}, {"n": 2}]
+    assert it.checkpoint().states == []  # Never tracked.
 
 
 def test_json_document_round_trips_through_ndjson(client) -> None:

@@ -3,17 +3,22 @@ checkpoint/resume at every cut point of random publisher workloads."""
 
 from __future__ import annotations
 
+import io
 import itertools
 import random
+import threading
 import uuid
 from dataclasses import dataclass, field
 
 import pytest
 
+from framing import register_framing, unpack_line
 from journal import MemoryJournalClient
 from message import (
     Checkpoint,
     Clock,
+    Envelope,
+    ProducerState,
     ReadCommittedIter,
     ReadUncommittedIter,
     Sequencer,
@@ -157,21 +162,110 @@ def test_checkpoint_before_first_yield_and_chained_resumes() -> None:
 
 
 def test_sequencer_passed_with_checkpoint_keeps_buffer_and_takes_states() -> None:
-    """A fresh sequencer given alongside a checkpoint keeps its buffer and takes its states."""
+    """A sequencer that has queued nothing, given alongside a checkpoint, keeps
+    its buffer; its own producer states are replaced by the checkpoint's; the
+    resumed output continues the interrupted one exactly."""
     with MemoryJournalClient() as client:
         client.create(J, NDJSON)
         random_workload(client, random.Random(3), 40)
+        full = [key(e) for e in ReadCommittedIter(client, J, new_doc)]
         it = ReadCommittedIter(client, J, new_doc)
-        list(it)
+        head = [key(next(it)) for _ in range(len(full) // 2)]
         cp = it.checkpoint()
-        seq = Sequencer(buffer=7)
+        it.close()
+        stranger = ProducerState(J, b"\x01\x00\x00\x00\x00\x63", 1, -1)
+        seq = Sequencer([stranger], buffer=7)
         resumed = ReadCommittedIter(client, J, new_doc, seq, checkpoint=cp)
         assert resumed.sequencer is seq and seq.buffer == 7
         assert sorted(map(repr, seq.producer_states())) == sorted(map(repr, cp.states))
+        assert stranger not in seq.producer_states()
+        assert head + [key(e) for e in resumed] == full
         used = Sequencer()
         list(ReadCommittedIter(client, J, new_doc, used))
         with pytest.raises(ValueError):
             ReadCommittedIter(client, J, new_doc, used, checkpoint=cp)
+
+
+def test_checkpoint_inside_an_open_transaction_resumes_when_its_ack_arrives() -> None:
+    """A checkpoint taken at the end of the journal while a transaction is open
+    (its messages read, its ACK not yet appended) resumes it: once the ACK
+    lands, the resumed reader yields the whole transaction, then the ACK."""
+    with MemoryJournalClient() as client:
+        client.create(J, NDJSON)
+        to = lambda _m: (J, "application/x-ndjson")  # noqa: E731
+        pub, other = Publisher(client), Publisher(client)
+        pub.publish_uncommitted(to, Doc("t1")).result()
+        other.publish_committed(to, Doc("m1")).result()
+        pub.publish_uncommitted(to, Doc("t2")).result()
+        it = ReadCommittedIter(client, J, new_doc)
+        assert [e.message.s for e in it] == ["m1"]
+        cp = Checkpoint.from_bytes(it.checkpoint().to_bytes())
+        for intent in pub.build_ack_intents():
+            client.append(intent.journal, intent.intent).result()
+        rest = ReadCommittedIter(client, J, new_doc, checkpoint=cp)
+        assert [e.message.s for e in rest] == ["t1", "t2", "ack"]
+
+
+def test_uncommitted_block_waits_for_appends() -> None:
+    """ReadUncommittedIter(block=True) waits for new appends, and ends at end_offset."""
+    frame = b'{"s": "late"}\n'
+    with MemoryJournalClient() as client:
+        client.create(J, NDJSON)
+        it = ReadUncommittedIter(client, J, new_doc, block=True, end_offset=2 * len(frame))
+        timer = threading.Timer(0.05, lambda: [client.append(J, frame) for _ in range(2)])
+        timer.start()
+        try:
+            got = [e.message.s for e in it]
+        finally:
+            timer.join()
+        assert got == ["late", "late"]
+
+
+class Upper:
+    """A framing of the user's own, with no more than the Framing protocol
+    asks: upper-case text lines."""
+
+    content_type = "application/x-test-upper"
+
+    def marshal(self, msg: dict) -> bytes:
+        return msg["text"].upper().encode() + b"\n"
+
+    def new_unmarshal_func(self, r: io.BufferedIOBase):
+        def unmarshal(msg: dict) -> None:
+            line = unpack_line(r)
+            if not line:
+                raise EOFError
+            msg["text"] = line[:-1].decode()
+
+        return unmarshal
+
+
+class Text(dict):
+    """A message type without a UUID, for the Upper framing."""
+
+    def get_uuid(self) -> uuid.UUID:
+        return uuid.UUID(int=0)
+
+    def set_uuid(self, u: uuid.UUID) -> None:
+        pass
+
+    def new_acknowledgement(self, journal: str) -> Text:
+        return Text()
+
+
+def test_a_registered_framing_serves_journals_of_its_content_type() -> None:
+    """register_framing(f): journals whose content-type label names f are
+    written and read through it, from any offset, uncommitted and committed."""
+    register_framing(Upper())
+    with MemoryJournalClient() as client:
+        client.create("custom/a", {"content-type": Upper.content_type})
+        client.append("custom/a", b"ONE\n").result()
+        Publisher(client).publish_committed(lambda _m: ("custom/a", Upper.content_type),
+                                            Text(text="two")).result()
+        got = list(ReadUncommittedIter(client, "custom/a", lambda _s: Text()))
+        assert [(e.begin, e.end, e.message["text"]) for e in got] == [(0, 4, "ONE"), (4, 8, "TWO")]
+        committed = list(ReadCommittedIter(client, "custom/a", lambda _s: Text(), offset=4))
+        assert [(e.begin, e.message["text"]) for e in committed] == [(4, "TWO")]
 
 
 def test_uncommitted_offsets_are_contiguous_and_bounded() -> None:
@@ -180,6 +274,7 @@ def test_uncommitted_offsets_are_contiguous_and_bounded() -> None:
         client.create(J, NDJSON)
         random_workload(client, random.Random(9), 30)
         envs = uncommitted(client)
+        assert all(type(e) is Envelope and e.journal == client.get(J) for e in envs)
         assert envs[0].begin == 0
         assert all(a.end == b.begin for a, b in itertools.pairwise(envs))
         assert envs[-1].end == client.head(J)

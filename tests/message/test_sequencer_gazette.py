@@ -372,6 +372,28 @@ def test_clock_zero_of_a_known_producer_commits_untracked() -> None:
     assert model_output(h.queued) == [key(e) for e in h.output]
 
 
+def test_dropped_envelopes_take_no_ring_slot() -> None:
+    """SPEC: the ring holds the last ``buffer`` envelopes that were kept; dropped
+    duplicates and roll-backs take no slot, so they evict nothing and the ACK
+    below is served from a ring of 3 without a replay."""
+    gen = EnvelopeGenerator()
+    h = Harness(Sequencer(buffer=3))
+    a10 = gen(A, 10, CONTINUE)
+    dups = [gen(A, 10, CONTINUE) for _ in range(5)]
+    b5 = gen(B, 5, OUTSIDE)
+    rollbacks = [gen(B, 4, ACK) for _ in range(5)]
+    a11_ack = gen(A, 11, ACK)
+    assert h.queue(a10, *dups) == [False] + [True] * 5
+    h.expect_deque()
+    assert h.queue(b5) == [True]
+    h.expect_deque(b5)
+    assert h.queue(*rollbacks) == [True] * 5
+    h.expect_deque()
+    assert h.queue(a11_ack) == [True]
+    h.expect_deque(a10, a11_ack)  # No MustStartReplay.
+    assert model_output(h.queued) == [key(e) for e in h.output]
+
+
 def test_producer_states_round_trip() -> None:
     """Gazette's TestSequencerProducerStatesRoundTrip: a restored Sequencer, same output."""
     gen = EnvelopeGenerator()
@@ -395,7 +417,7 @@ def test_producer_states_round_trip() -> None:
         (J, B, 0, b1.begin),
         (J, C, 1, -1),
     }
-    assert all(isinstance(s, ProducerState) for s in states)
+    assert isinstance(states, list) and all(isinstance(s, ProducerState) for s in states)
 
     # Recover a Sequencer from the persisted states. Both produce the same
     # output from here, though h2 requires replays while h1 does not.

@@ -6,6 +6,7 @@ implementation (message.BuildUUID and message.NewClock).
 
 from __future__ import annotations
 
+import enum
 import itertools
 import threading
 import time
@@ -58,6 +59,7 @@ def unix_ns(secs: int, nanos: int) -> int:
 
 def test_flags_values() -> None:
     """Flags is an IntEnum with Gazette's values."""
+    assert issubclass(Flags, enum.IntEnum)
     assert Flags.OUTSIDE_TXN == 0
     assert Flags.CONTINUE_TXN == 1
     assert Flags.ACK_TXN == 2
