@@ -168,3 +168,18 @@ def test_the_private_import_check_sees_one() -> None:
                         "import framing.testing\nfrom message import Sequencer\n")
         assert [n for _, n in _private_names(path)] == [
             "message._reader.NATIVE", "journal._files"]
+
+
+def test_installed_top_level_names_are_the_public_packages() -> None:
+    """An install adds these import names and no others (``proto`` would
+    collide with proto-plus, ``benchmarks`` with anyone's)."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    config = tomllib.loads((root / "pyproject.toml").read_text())
+    packages = config["tool"]["setuptools"]["packages"]
+    assert {p.split(".")[0] for p in packages} == {
+        "framing", "journal", "message", "pipeline", "exactly"}
+    for p in packages:  # each listed package is a directory with its __init__.py
+        assert (root / p.replace(".", "/") / "__init__.py").is_file(), p
