@@ -39,14 +39,13 @@ import pyarrow.json as pa_json
 from framing import CONTENT_TYPE_JSON_LINES
 from journal import JournalClient, JournalSpec
 from message import Envelope, MustStartReplay, ReadUncommittedIter, Sequencer
+from message.columns import format_uuid_strings, parse_uuid_strings
 from message.layout import (
     PRODUCER_MASK,
     UUID_EPOCH_OFFSET,
     clocks_of,
     flags_of,
-    format_uuid_strings,
     outside_commits_grouped,
-    parse_uuid_strings,
 )
 
 from ._content import META_FIELDS, ContentSpec, to_arrow

@@ -48,7 +48,8 @@ JOURNAL: Final = "crash/test"
 
 def _spawn(*args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", CHILD, *args], cwd=REPO, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [sys.executable, "-m", CHILD, *args], cwd=REPO, stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
 
 

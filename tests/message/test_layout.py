@@ -70,3 +70,14 @@ def test_native_reads_uuids_as_the_layout_module(v: int | tuple[bytes, int, int]
     assert _core.NATIVE.split_uuid(i) == (
         layout.clock_of_int(i), layout.flags_of_int(i), layout.producer_of_int(i)
     )
+
+
+def test_uuid_columns_module_example_runs() -> None:
+    """message.columns' docstring example holds (with numpy at hand)."""
+    import doctest
+
+    pytest.importorskip("numpy")
+    import message.columns
+
+    failures, tried = doctest.testmod(message.columns)
+    assert tried > 0 and failures == 0

@@ -1,0 +1,119 @@
+"""UUID columns as text, in bulk, for columnar readers (the Spark source).
+
+Each function has its numpy definition here; the native core, when built,
+does the same in one pass, and the test suite runs both (with
+``EXACTLY_PURE_PYTHON=1``, the numpy one). The bit layout is
+``message.layout``'s.
+
+>>> import numpy as np
+>>> from message.columns import format_uuid_strings, parse_uuid_strings
+>>> text = b"9f2a6e1c-0000-1000-8000-0a0b0c0d0e0f"
+>>> hi, lo = parse_uuid_strings(text, np.array([0, 36], dtype=np.int32))
+>>> uuids, producers = format_uuid_strings(hi, lo)
+>>> uuids == text, producers
+(True, b'0a0b0c0d0e0f')
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Any, Final
+
+from ._core import NATIVE
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    Array = np.ndarray[Any, Any]
+else:
+    Array = Any
+
+#: Positions of the 32 hex digits in a canonical 36-character UUID.
+_DIGIT_POSITIONS: Final = tuple(i for i in range(36) if i not in (8, 13, 18, 23))
+
+
+def parse_uuid_strings(
+    data: Any, offsets: Array, valid: Array | None = None
+) -> tuple[Array, Array]:
+    """UUID strings as ``(hi, lo)`` uint64 halves.
+
+    String ``i`` is ``data[offsets[i]:offsets[i + 1]]`` (``data`` any bytes-like
+    object, ``offsets`` ``n + 1`` int32 values: an Arrow string array's two
+    buffers). A string that is not a UUID, and a row where ``valid`` (a bool
+    mask, if given) is false, is the nil UUID, as ``JsonDocument.get_uuid``
+    has it. Canonical strings are parsed in bulk; other forms that
+    ``uuid.UUID`` takes (braces, no hyphens, ...) one by one.
+    """
+    import numpy as np
+
+    offsets = np.ascontiguousarray(offsets, dtype=np.int32)
+    n = len(offsets) - 1
+    hi: Array = np.zeros(n, dtype=np.uint64)
+    lo: Array = np.zeros(n, dtype=np.uint64)
+    if n <= 0:
+        return hi, lo
+    if NATIVE is not None:
+        others = NATIVE.parse_uuids(data, offsets, hi, lo)
+    else:
+        others = _parse_canonical(np.frombuffer(data, dtype=np.uint8), offsets, hi, lo)
+    raw = memoryview(data)
+    for i in others:
+        text = bytes(raw[offsets[i] : offsets[i + 1]])
+        try:
+            v = uuid.UUID(text.decode()).int
+        except (ValueError, UnicodeDecodeError):
+            continue
+        hi[i], lo[i] = v >> 64, v & 0xFFFFFFFFFFFFFFFF
+    if valid is not None:
+        hi[~valid] = 0
+        lo[~valid] = 0
+    return hi, lo
+
+
+def _parse_canonical(data: Array, offsets: Array, hi: Array, lo: Array) -> list[int]:
+    """``parse_uuid_strings``'s bulk step, in numpy: canonical strings into
+    ``hi`` and ``lo``; returns the rows left (strings of any other form)."""
+    import numpy as np
+
+    hex_value: Array = np.full(256, 255, dtype=np.uint8)
+    for i, c in enumerate(b"0123456789abcdef"):
+        hex_value[c] = i
+    for i, c in enumerate(b"ABCDEF"):
+        hex_value[c] = 10 + i
+    canonical = np.diff(offsets) == 36
+    rows = np.flatnonzero(canonical)
+    if len(rows):
+        chars = data[offsets[rows][:, None] + np.arange(36)]
+        digits = hex_value[chars[:, list(_DIGIT_POSITIONS)]]
+        hyphens = (chars[:, [8, 13, 18, 23]] == ord("-")).all(axis=1)
+        good = hyphens & (digits != 255).all(axis=1)
+        d = digits[good].astype(np.uint64)
+        weights = np.uint64(1) << (np.arange(15, -1, -1, dtype=np.uint64) * np.uint64(4))
+        hi[rows[good]] = (d[:, :16] * weights).sum(axis=1, dtype=np.uint64)
+        lo[rows[good]] = (d[:, 16:] * weights).sum(axis=1, dtype=np.uint64)
+        canonical[rows[~good]] = False
+    return [int(i) for i in np.flatnonzero(~canonical & (np.diff(offsets) > 0))]
+
+
+def format_uuid_strings(hi: Array, lo: Array) -> tuple[bytes, bytes]:
+    """UUIDs given as uint64 halves, as text: their canonical strings (36
+    bytes each) and their ProducerIDs (the low 48 bits, 12 lower-case hex
+    digits each), each kind laid end to end."""
+    import numpy as np
+
+    hi = np.ascontiguousarray(hi, dtype=np.uint64)
+    lo = np.ascontiguousarray(lo, dtype=np.uint64)
+    if NATIVE is not None:
+        uuids, producers = NATIVE.format_uuids(hi, lo)
+        return bytes(uuids), bytes(producers)
+    n = len(hi)
+    raw: Array = np.empty((n, 16), dtype=np.uint8)
+    raw[:, :8] = hi.astype(">u8").view(np.uint8).reshape(-1, 8)
+    raw[:, 8:] = lo.astype(">u8").view(np.uint8).reshape(-1, 8)
+    hex_digits = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+    digits: Array = np.empty((n, 32), dtype=np.uint8)
+    digits[:, 0::2] = hex_digits[raw >> 4]
+    digits[:, 1::2] = hex_digits[raw & 15]
+    text: Array = np.full((n, 36), ord("-"), dtype=np.uint8)
+    text[:, list(_DIGIT_POSITIONS)] = digits
+    return text.tobytes(), np.ascontiguousarray(digits[:, 20:]).tobytes()
