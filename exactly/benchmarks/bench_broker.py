@@ -23,11 +23,15 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from exactly.benchmarks._harness import Result, interleaved
 from exactly.benchmarks._workload import copy_journal, publish_mixed
-from journal import GazetteClient, LocalJournalStore
+from journal import GazetteClient, JournalClient, LocalJournalStore
 from message import JsonDocument, ReadCommittedIter
+
+if TYPE_CHECKING:
+    from exactly.localcluster import GazetteCluster
 
 RECORD = b'{"pad": "' + b"x" * 88 + b'"}\n'  # 100 bytes
 NDJSON = {"content-type": "application/x-ndjson"}
@@ -37,7 +41,7 @@ class Unavailable(Exception):  # noqa: N818 -- a reason, not an error
     """The cluster cannot be had here (no Go to build Gazette, ...)."""
 
 
-def _start(workdir: Path) -> object:
+def _start(workdir: Path) -> GazetteCluster:
     from exactly.localcluster import ClusterError, GazetteCluster, ensure_binaries
 
     try:
@@ -60,12 +64,11 @@ def run(scale: float) -> list[Result]:
         try:
             return _measure(cluster, base, n, messages)
         finally:
-            cluster.stop()  # type: ignore[attr-defined]
+            cluster.stop()
 
 
-def _measure(cluster: object, base: Path, n: int, messages: int) -> list[Result]:
-    c = cluster  # exactly.localcluster.GazetteCluster
-    address: str = c.address  # type: ignore[attr-defined]
+def _measure(c: GazetteCluster, base: Path, n: int, messages: int) -> list[Result]:
+    address = c.address
     lines = base / "lines.ndjson"
     lines.write_bytes(RECORD * n)
     runs = iter(range(1_000_000))
@@ -86,7 +89,7 @@ def _measure(cluster: object, base: Path, n: int, messages: int) -> list[Result]
 
         def gazctl() -> None:
             name = fresh()
-            c.gazctl(  # type: ignore[attr-defined]
+            c.gazctl(
                 "journals", "append", "-l", f"name={name}", "--framing", "lines",
                 "-i", str(lines), timeout=600,
             )
@@ -104,7 +107,7 @@ def _measure(cluster: object, base: Path, n: int, messages: int) -> list[Result]
         def read_gazctl() -> None:
             # Its standard output to /dev/null (its -o flag fsyncs the file).
             subprocess.run(
-                [str(c.binaries.gazctl), "journals", "read", "-l", f"name={full}"],  # type: ignore[attr-defined]
+                [str(c.binaries.gazctl), "journals", "read", "-l", f"name={full}"],
                 env={**os.environ, "BROKER_ADDRESS": address},
                 stdout=subprocess.DEVNULL, check=True, timeout=600,
             )
@@ -118,9 +121,9 @@ def _measure(cluster: object, base: Path, n: int, messages: int) -> list[Result]
             client.create("bench/mixed", NDJSON)
             copy_journal(store, client, "bench/mixed")
 
-            def committed(journal_client: object) -> None:
+            def committed(journal_client: JournalClient) -> None:
                 for _ in ReadCommittedIter(
-                    journal_client, "bench/mixed", lambda _s: JsonDocument()  # type: ignore[arg-type]
+                    journal_client, "bench/mixed", lambda _s: JsonDocument()
                 ):
                     pass
 

@@ -42,7 +42,7 @@ def run(scale: float) -> list[Result]:
         try:
             spark = pipeline.local_session("local[2]")
             _populate(tmp / "store", n)
-            address: str = cluster.address  # type: ignore[attr-defined]
+            address = cluster.address
             with LocalJournalStore(tmp / "store") as store, GazetteClient(address) as client:
                 for spec in store.list("app=c"):
                     client.create(spec.name, spec.labels)
@@ -76,7 +76,7 @@ def run(scale: float) -> list[Result]:
                                                            root=str(tmp / "store")).load().count()
             df.unpersist()
         finally:
-            cluster.stop()  # type: ignore[attr-defined]
+            cluster.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return [
