@@ -36,6 +36,8 @@ from ._errors import JournalExistsError as JournalExistsError
 from ._errors import JournalNotFoundError as JournalNotFoundError
 from ._errors import LabelSelectorError as LabelSelectorError
 from ._errors import OffsetNotYetAvailableError as OffsetNotYetAvailableError
+from ._files import fsync_dir as fsync_dir
+from ._files import write_durably as write_durably
 from ._fragment import Fragment as Fragment
 from ._gazette.brokers import JournalRoute as JournalRoute
 from ._gazette.client import GazetteClient as GazetteClient
@@ -66,6 +68,9 @@ __all__ = [
     "parse_label_selector",
     "validate_journal_name",
     "AppendResult",
+    # Durable small files (as the store writes its own)
+    "write_durably",
+    "fsync_dir",
     "Fragment",
     "JournalProblem",
     "CONTENT_TYPE_LABEL",

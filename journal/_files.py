@@ -133,8 +133,12 @@ def create_temp(jd: JournalDir, base: str) -> tuple[int, str]:
     """A new temporary file of the journal directory, for ``base``: opened
     for writing, created exclusively under an unpredictable name (a file or
     link planted at a guessable name is never followed nor truncated)."""
+    return _create_temp(jd.path, base)
+
+
+def _create_temp(directory: str, base: str) -> tuple[int, str]:
     while True:
-        tmp = jd.file(f"{TEMP_PREFIX}{base}-{secrets.token_hex(8)}")
+        tmp = os.path.join(directory, f"{TEMP_PREFIX}{base}-{secrets.token_hex(8)}")
         try:
             return os.open(tmp, _O_CREATE_NEW | os.O_WRONLY, 0o644), tmp
         except FileExistsError:
@@ -142,20 +146,38 @@ def create_temp(jd: JournalDir, base: str) -> tuple[int, str]:
 
 
 def write_atomically(jd: JournalDir, base: str, data: bytes | memoryview) -> None:
-    """Replace file ``base`` with ``data``: temp file, fsync, rename, fsync dir."""
-    fd, tmp = create_temp(jd, base)
+    """Replace file ``base`` of the journal directory with ``data``, durably."""
+    write_durably(jd.file(base), data, create_dirs=False)
+
+
+def write_durably(
+    path: str | os.PathLike[str], data: bytes | memoryview, *, create_dirs: bool = True
+) -> None:
+    """Replace the file ``path`` with ``data``, whole or not at all, durably.
+
+    A temporary file beside it (created exclusively, under an unpredictable
+    name) is written and fsync'd, renamed over ``path``, and the directory
+    fsync'd where the file system can (see ``fsync_dir``). A crash leaves
+    the old file or the new one, never a mix; when this returns, the new
+    one survives a crash. With ``create_dirs``, missing parent directories
+    are made first.
+    """
+    directory, base = os.path.split(os.path.abspath(os.fspath(path)))
+    if create_dirs:
+        os.makedirs(directory, exist_ok=True)
+    fd, tmp = _create_temp(directory, base)
     try:
         try:
             write_all(fd, data, 0)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, jd.file(base))
+        os.replace(tmp, os.path.join(directory, base))
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    fsync_dir(jd.path)
+    fsync_dir(directory)
 
 
 # Locking -------------------------------------------------------------------
@@ -566,8 +588,10 @@ def write_all(fd: int, data: bytes | memoryview, pos: int) -> None:
         pos += n
 
 
-def fsync_dir(path: str) -> None:
-    """Make a directory's entries (creations, renames) durable."""
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """Make a directory's entries (creations, renames, removals) durable.
+    On a file system that cannot fsync a directory (it says EINVAL or
+    ENOTSUP), there is nothing more to do and this returns quietly."""
     fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
     try:
         os.fsync(fd)

@@ -22,13 +22,14 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import tempfile
 from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 import orjson
+
+from journal import fsync_dir, write_durably
 
 from ._errors import MessageError
 from ._interfaces import MappingFunc, Message
@@ -74,7 +75,7 @@ class IntentLog:
     def clear(self) -> None:
         """Forget the intents: they are all written."""
         self.path.unlink(missing_ok=True)
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
 
     def recover(self, client: JournalClient) -> int:
         """Write the intents left by a commit that did not finish; returns how many."""
@@ -151,32 +152,6 @@ class JournalIntentLog:
         ends in ``/``); returns how many intents were written."""
         selector = f"prefix={prefix},{cls.LABEL}=intents"
         return sum(cls(client, spec.name).recover() for spec in client.list(selector))
-
-
-def write_durably(path: Path, data: bytes, *, create_dirs: bool = True) -> None:
-    """Replace the file ``path`` with ``data``, whole or not at all, durably:
-    a temporary file, fsync'd, renamed over it, then the directory fsync'd."""
-    if create_dirs:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_intents(client: JournalClient, intents: list[AckIntent]) -> list[AppendResult]:
