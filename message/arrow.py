@@ -112,7 +112,7 @@ ENVELOPE_FIELDS: Final[tuple[tuple[str, pa.DataType], ...]] = (
     ("commit_offset", pa.int64()),
 )
 #: The names of :data:`ENVELOPE_FIELDS`.
-ENVELOPE_NAMES: Final = frozenset(name for name, _ in ENVELOPE_FIELDS)
+ENVELOPE_NAMES: Final = tuple(name for name, _ in ENVELOPE_FIELDS)
 
 #: Bytes of a journal read, decoded and sequenced at once (a batch's worth).
 BATCH_BYTES: Final = 8 << 20
@@ -491,8 +491,8 @@ class _Source:
 
     def _parse(self, at: int, data: memoryview) -> _Window | None:
         begins, ends = _line_bounds(data)
-        if len(ends) == 0 or ends[-1] != len(data) or (ends - begins <= 1).any():
-            return None  # a partial or an empty line
+        if len(ends) == 0 or ends[-1] != len(data):
+            return None  # a partial line (an empty one shows as a missing row below)
         try:
             table = pa_json.read_json(
                 pa.BufferReader(data),

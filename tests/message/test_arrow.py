@@ -215,3 +215,27 @@ def test_inferred_schema_and_empty_journal(tmp_path: Any) -> None:
         table = ReadCommittedArrow(store, "docs").read_all()
         assert table.column_names[len(ENVELOPE_FIELDS):] == ["page", "n"]
         assert table["uuid"][0].as_py() == str(uuid.UUID(table["uuid"][0].as_py()))
+
+
+def test_blank_lines_and_values_of_another_type_take_the_exact_path(tmp_path: Any) -> None:
+    """Windows Arrow will not take as they are (a blank line, which the
+    framing calls corrupt; a field of another type than the schema's) are
+    decoded frame by frame, with the rows and errors ReadCommittedIter gives."""
+    with LocalJournalStore(tmp_path) as store:
+        spec = store.create("docs", NDJSON)
+        pub = Publisher(store)
+        for i in range(6):
+            value: Any = i if i != 3 else "three"
+            pub.publish_committed(lambda d: (spec.name, spec.content_type),
+                                  JsonDocument(n=value, s=f"s{i}")).result()
+            if i == 1:
+                store.append("docs", b"\n").result()
+        with pytest.raises(FramingError):
+            ReadCommittedArrow(store, "docs", schema=SCHEMA).read_all()
+        with ReadCommittedIter(store, "docs", _new_doc, skip_corrupt=True) as it:
+            expected = [(e.begin, e.message["s"]) for e in it]
+        table = ReadCommittedArrow(store, "docs", schema=SCHEMA, skip_corrupt=True,
+                                   on_skip=lambda e: None).read_all()
+        assert list(zip(table["begin"].to_pylist(), table["s"].to_pylist(),
+                        strict=True)) == expected
+        assert table["n"].to_pylist() == [0, 1, 2, None, 4, 5]
