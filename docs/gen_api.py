@@ -15,7 +15,7 @@ from pathlib import Path
 # signatures and docstrings (the native core has the same methods).
 os.environ["EXACTLY_PURE_PYTHON"] = "1"
 
-PACKAGES = ("message", "framing", "journal", "pipeline")
+PACKAGES = ("message", "message.arrow", "framing", "journal", "pipeline")
 HERE = Path(__file__).resolve().parent
 
 

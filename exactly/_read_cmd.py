@@ -22,6 +22,12 @@ from exactly._common import (
 
 
 def cmd_read(args: argparse.Namespace) -> int:
+    if args.format != "json":
+        return _read_columns(args)
+    if args.selector is not None or args.output is not None or args.schema is not None:
+        raise UsageError("--selector, --output and --schema go with --format arrow or parquet")
+    if not args.name:
+        raise UsageError("name a journal to read")
     from framing import FramingError
     from message import ReadCommittedIter, ReadUncommittedIter, clock_to_unix_ns, get_clock
 
@@ -70,6 +76,106 @@ def cmd_read(args: argparse.Namespace) -> int:
             parts = [counted(frames, "corrupt frame")] if frames else []
             parts += [f"damaged offsets [{b}, {e})" for b, e in ranges]
             print(f"skipped {', '.join(parts)}", file=sys.stderr)
+    return 0
+
+
+# -- read as columns ---------------------------------------------------------------
+
+_TYPES = {
+    "string": "string", "str": "string", "long": "int64", "bigint": "int64",
+    "int64": "int64", "int": "int32", "integer": "int32", "int32": "int32",
+    "double": "float64", "float64": "float64", "float": "float32", "float32": "float32",
+    "boolean": "bool_", "bool": "bool_", "timestamp": "timestamp",
+}
+
+
+def parse_schema(text: str) -> list[tuple[str, Any]]:
+    """``"page string, n long"`` as ``(name, Arrow type)`` pairs."""
+    import pyarrow as pa
+
+    fields: list[tuple[str, Any]] = []
+    for item in text.split(","):
+        parts = item.replace(":", " ").split()
+        if not parts:
+            continue
+        if len(parts) != 2 or parts[1].lower() not in _TYPES:
+            raise UsageError(
+                f"--schema: {item.strip()!r} is not 'name type' with a type among "
+                f"{', '.join(sorted(set(_TYPES)))}"
+            )
+        typ = _TYPES[parts[1].lower()]
+        fields.append((parts[0], pa.timestamp("us", tz="UTC") if typ == "timestamp"
+                       else getattr(pa, typ)()))
+    return fields
+
+
+def _read_columns(args: argparse.Namespace) -> int:
+    """``read --format arrow|parquet --output FILE``: the committed view of a
+    journal (or of a selector's journals) as a columnar file."""
+    try:
+        from message.arrow import ReadCommittedArrow, ReadUncommittedArrow
+    except ImportError as exc:
+        raise UsageError(
+            f"--format {args.format} needs pyarrow and numpy ({exc}): "
+            "pip install 'exactly[arrow]'"
+        ) from None
+    import os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from framing import FramingError
+    from journal import CorruptJournalError
+
+    if not args.output:
+        raise UsageError(f"--format {args.format} writes a file: name it with --output FILE")
+    if bool(args.name) == bool(args.selector):
+        raise UsageError("name a journal, or give --selector, not both")
+    for flag, given in (("--follow", args.follow), ("--since", args.since),
+                        ("--limit", args.limit is not None)):
+        if given:
+            raise UsageError(f"{flag} goes with --format json")
+    if args.selector and args.offset:
+        raise UsageError("--offset goes with one journal, not --selector")
+    schema = parse_schema(args.schema) if args.schema else None
+    cls = ReadUncommittedArrow if args.uncommitted else ReadCommittedArrow
+    tmp = f"{args.output}.part"
+    rows = 0
+    with open_store(args) as store:
+        try:
+            reader = cls(
+                store, args.name or None, selector=args.selector, schema=schema,
+                proto_class=args.proto, offset=args.offset, skip_corrupt=args.skip_corrupt,
+            )
+            writer: Any = (
+                pq.ParquetWriter(tmp, reader.schema) if args.format == "parquet"
+                else pa.ipc.new_file(tmp, reader.schema)
+            )
+            try:
+                progress = Progress(f"writing {args.output}")
+                for batch in reader:
+                    writer.write_batch(batch)
+                    rows += batch.num_rows
+                    progress.update(rows)
+                progress.done()
+            finally:
+                writer.close()
+        except (FramingError, CorruptJournalError) as exc:
+            hint = "" if args.skip_corrupt else "; --skip-corrupt skips such frames"
+            where = getattr(exc, "journal", None) or args.name or args.selector
+            raise UsageError(f"journal {where}: {exc}{hint}") from None
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)  # no half-written file left behind
+            raise
+        os.replace(tmp, args.output)
+        what = "rows" if rows != 1 else "row"
+        print(f"wrote {rows} {what} to {args.output}", file=sys.stderr)
+        if reader.skipped:
+            print(f"skipped {counted(reader.skipped, 'corrupt frame or damaged piece')}",
+                  file=sys.stderr)
     return 0
 
 

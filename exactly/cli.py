@@ -102,9 +102,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="publish all lines as one transaction, committed at the end")
     a.set_defaults(func=cmd_append)
 
-    r = sub.add_parser("read", help="read messages as NDJSON with envelope metadata",
+    r = sub.add_parser("read", help="read messages as NDJSON with envelope metadata, or "
+                                    "write them to an Arrow or Parquet file",
                        parents=common)
-    r.add_argument("name")
+    r.add_argument("name", nargs="?")
+    r.add_argument("--selector", help="with --format arrow|parquet: every journal matching "
+                                      "this label selector (e.g. app=clicks)")
+    r.add_argument("--format", choices=("json", "arrow", "parquet"), default="json",
+                   help="json: NDJSON on stdout (default); arrow (an Arrow IPC file, as "
+                        "Feather) or parquet: columns, written to --output")
+    r.add_argument("--output", "-o", metavar="FILE", help="the file --format arrow|parquet "
+                                                           "writes")
+    r.add_argument("--schema", help="with --format arrow|parquet: content columns, e.g. "
+                                    "'page string, n long' (default: inferred from NDJSON)")
     mode = r.add_mutually_exclusive_group()
     mode.add_argument("--committed", action="store_true", help="committed only (default)")
     mode.add_argument("--uncommitted", action="store_true", help="every frame")

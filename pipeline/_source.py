@@ -40,7 +40,6 @@ the column ``content_<name>`` (see ``content_columns``).
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -50,7 +49,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
@@ -71,10 +69,11 @@ from framing import (
     registered_content_types,
 )
 from journal import JournalNotFoundError
+from message.arrow import infer_json_fields
 
 from ._content import META_DDL, META_FIELDS, META_NAMES, ContentSpec, proto_content_ddl
 from ._scan import READ_COMMITTED, READ_UNCOMMITTED, read_journal
-from ._stores import StoreOptions, read_all, select_journals
+from ._stores import StoreOptions, select_journals
 from ._stream import (
     Offset,
     empty_offset,
@@ -115,8 +114,6 @@ def content_ddl(options: Mapping[str, str]) -> str:
     return schema
 
 
-#: Bytes at the start of each journal that schema inference looks at.
-INFER_BYTES: Final = 1 << 20
 _INFERRED_TYPES: Final = {
     pa.int64(): "bigint", pa.float64(): "double", pa.bool_(): "boolean", pa.string(): "string",
 }
@@ -124,40 +121,22 @@ _INFERRED_TYPES: Final = {
 
 def _inferred_ddl(options: Mapping[str, str]) -> str:
     """Content columns inferred, as ``spark.read.json`` would, from the first
-    documents of the NDJSON journals read: the top-level scalar fields (nested
-    ones, and the UUID's own field, are left out). Empty when nothing can be
-    inferred; name the columns with the ``schema`` option to be sure."""
-    from pyarrow import json as pa_json
-
+    documents of the NDJSON journals read (``message.arrow.infer_json_fields``).
+    Empty when nothing can be inferred; name the columns with the ``schema``
+    option to be sure."""
     try:
         where = StoreOptions.of(options)
     except ValueError:
         return ""  # the reader reports it
     if where.root is not None and not os.path.isdir(where.root):
         return ""
-    skip = next((p for p in options.get("uuid_path", "_meta/uuid").split("/") if p), "")
-    columns: dict[str, str] = {}
+    path = tuple(p for p in options.get("uuid_path", "_meta/uuid").split("/") if p)
     try:
         with where.open() as store:
-            for spec in select_journals(store, options)[:16]:
-                if spec.content_type != CONTENT_TYPE_JSON_LINES:
-                    continue
-                with store.read(spec.name, 0, min(store.head(spec.name), INFER_BYTES)) as r:
-                    data = read_all(r)
-                data = data[: data.rfind(b"\n") + 1]
-                if not data:
-                    continue
-                table = pa_json.read_json(io.BytesIO(data))
-                for f in table.schema:
-                    # Arrow takes ISO-8601 strings for timestamps: keep them as text.
-                    ddl = "string" if pa.types.is_timestamp(f.type) else _INFERRED_TYPES.get(f.type)
-                    if f.name == skip or ddl is None:
-                        continue
-                    # A field seen with two types is read as a string.
-                    columns[f.name] = ddl if columns.get(f.name, ddl) == ddl else "string"
-    except (pa.ArrowInvalid, OSError, ValueError):
+            fields = infer_json_fields(store, select_journals(store, options), path)
+    except (OSError, ValueError):
         return ""  # inference is a convenience: it never fails a read
-    return ", ".join(f"`{name}` {ddl}" for name, ddl in columns.items())
+    return ", ".join(f"`{name}` {_INFERRED_TYPES[typ]}" for name, typ in fields)
 
 
 #: The comment of a content column renamed because its field has the name of
@@ -278,16 +257,12 @@ def _include_acks(options: Mapping[str, str]) -> bool:
     return value == "true"
 
 
-_FLAGS_COLUMN: Final = [name for name, _ in META_FIELDS].index("flags")
-
-
-def _conform(batch: pa.RecordBatch, schema: pa.Schema, acks: bool = True) -> pa.RecordBatch:
-    """``batch`` with exactly the columns and types Spark expects (without
-    ACK_TXN rows unless ``acks``). Columns go by position: the metadata
-    columns, then the content columns, whose names may differ from their
-    fields' (``content_columns``)."""
-    if not acks:
-        batch = batch.filter(pc.not_equal(batch.column(_FLAGS_COLUMN), 2))
+def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch`` with exactly the columns and types Spark expects. Columns go
+    by position: the metadata columns, then the content columns, whose names
+    may differ from their fields' (``content_columns``)."""
+    if batch.schema == schema:
+        return batch
     cols = []
     for i, f in enumerate(schema):
         col = batch.column(i)
@@ -371,8 +346,9 @@ class SparkBatchReader(DataSourceReader):
             for batch in read_journal(
                 store, partition.journal, self.content, end_offset=partition.end,
                 isolation=self.isolation, bucket=partition.bucket, buckets=partition.buckets,
+                include_acks=self.acks,
             ):
-                yield _conform(batch, self.arrow_schema, self.acks)
+                yield _conform(batch, self.arrow_schema)
 
 
 # -- batch write --------------------------------------------------------------------
@@ -542,9 +518,10 @@ class SparkStreamReader(DataSourceStreamReader):
         states = states_of(offset, partition.journal)
         with self.where.open() as store:
             for batch in read_range(
-                store, partition.journal, self.content, partition.start, partition.end, states
+                store, partition.journal, self.content, partition.start, partition.end, states,
+                include_acks=self.acks,
             ):
-                yield _conform(batch, self.arrow_schema, self.acks)
+                yield _conform(batch, self.arrow_schema)
 
 
 class SparkStreamWriter(DataSourceStreamArrowWriter):

@@ -10,33 +10,24 @@ in its offset log::
      "states": {"clicks/part-0": {"<producer hex>": "<last_ack>:<begin>", ...}, ...}}
 
 Planning a micro-batch (on the driver) sequences the new range once to learn
-the states at its end; the task that reads the range sequences it again from
-the states at its start, and gets the same answer, replaying the start of a
-transaction that began in an earlier range when its ACK arrives in this one.
+the states at its end (decoding UUIDs only); the task that reads the range
+reads it with ``message.arrow.ReadCommittedArrow`` from the states at its
+start, and gets the same answer, replaying the start of a transaction that
+began in an earlier range when its ACK arrives in this one.
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
 
 from framing import TruncatedFrameError, framing_by_content_type
 from journal import JournalClient, OffsetTracker
-from message import (
-    Envelope,
-    ProducerState,
-    ReadCommittedIter,
-    Sequencer,
-    get_clock,
-    get_flags,
-    get_producer_id,
-)
-from message.layout import UUID_EPOCH_OFFSET
-
-from ._content import META_FIELDS, ContentSpec
+from message import Checkpoint, ProducerState
+from message.arrow import ArrowContent, ReadCommittedArrow
 
 Offset = dict[str, Any]
 
@@ -57,27 +48,33 @@ def encode_states(states: list[ProducerState]) -> dict[str, str]:
     return {s.producer.hex(): f"{s.last_ack}:{s.begin}" for s in states}
 
 
+def _reader(
+    client: JournalClient, journal: str, content: ArrowContent, start: int, end: int,
+    states: list[ProducerState], include_acks: bool = True,
+) -> ReadCommittedArrow:
+    """A committed reader of ``[start, end)`` resuming from ``states``."""
+    return ReadCommittedArrow(
+        client, journal, content=content, checkpoint=Checkpoint({journal: start}, states),
+        end_offset=end, include_acks=include_acks,
+    )
+
+
 def sequence_range(
     client: JournalClient,
     journal: str,
-    content: ContentSpec,
+    content: ArrowContent,
     start: int,
     end: int,
     states: list[ProducerState],
-    on_commit: Callable[[Envelope, int], None] | None = None,
     prune_horizon: float | datetime.timedelta = 0,
 ) -> list[ProducerState]:
-    """Sequence ``[start, end)`` of ``journal`` from ``states``; call
-    ``on_commit(envelope, commit_offset)`` for each committed envelope, in
-    order; return the producer states at ``end``."""
-    seq = Sequencer(states)
-    with ReadCommittedIter(
-        client, journal, content.new_message, seq, offset=start, end_offset=end
-    ) as it:
-        for out in it:
-            if on_commit is not None:
-                on_commit(out, it.commit_offset)
-    return seq.producer_states(prune_horizon)
+    """Sequence ``[start, end)`` of ``journal`` from ``states``; return the
+    producer states at ``end`` (only UUIDs are decoded)."""
+    uuids_only = ArrowContent((), content.uuid_path, content.proto_class, content.uuid_field)
+    with _reader(client, journal, uuids_only, start, end, states) as reader:
+        for _ in reader:
+            pass
+        return reader.checkpoint(prune_horizon).states
 
 
 def frame_boundary(client: JournalClient, journal: str, begin: int, end: int, budget: int) -> int:
@@ -106,52 +103,13 @@ def frame_boundary(client: JournalClient, journal: str, begin: int, end: int, bu
 def read_range(
     client: JournalClient,
     journal: str,
-    content: ContentSpec,
+    content: ArrowContent,
     start: int,
     end: int,
     states: list[ProducerState],
-    batch_rows: int = 8192,
+    include_acks: bool = True,
 ) -> Iterator[pa.RecordBatch]:
-    """Record batches of the messages committed by ``[start, end)``, each
-    yielded once it holds ``batch_rows`` rows (the last one, fewer)."""
-    spec = client.get(journal)
-    values = content.values_of(spec.content_type)
-    schema = pa.schema([*META_FIELDS, *content.fields])
-    rows: list[tuple[Envelope, int, list[Any]]] = []
-    with ReadCommittedIter(
-        client, journal, content.new_message, Sequencer(states), offset=start, end_offset=end
-    ) as it:
-        for env in it:
-            rows.append((env, it.commit_offset, values(env.message)))
-            if len(rows) >= batch_rows:
-                yield _to_batch(journal, rows, content, schema)
-                rows = []
-    if rows:
-        yield _to_batch(journal, rows, content, schema)
-
-
-def _to_batch(
-    journal: str, rows: list[tuple[Envelope, int, list[Any]]], content: ContentSpec,
-    schema: pa.Schema,
-) -> pa.RecordBatch:
-    uuids = [env.message.get_uuid() for env, _, _ in rows]
-    clocks = [get_clock(u) for u in uuids]
-    times = [
-        None if c == 0
-        else datetime.datetime.fromtimestamp(0, datetime.UTC)
-        + datetime.timedelta(microseconds=((c >> 4) - UUID_EPOCH_OFFSET) // 10)
-        for c in clocks
-    ]
-    cols = [
-        pa.array([journal] * len(rows), pa.string()),
-        pa.array([env.begin for env, _, _ in rows], pa.int64()),
-        pa.array([env.end for env, _, _ in rows], pa.int64()),
-        pa.array([str(u) for u in uuids], pa.string()),
-        pa.array([get_producer_id(u).hex() for u in uuids], pa.string()),
-        pa.array(clocks, pa.int64()),
-        pa.array([get_flags(u) for u in uuids], pa.int32()),
-        pa.array(times, pa.timestamp("us", tz="UTC")),
-        pa.array([c for _, c, _ in rows], pa.int64()),
-        *content.columns([v for _, _, v in rows]),
-    ]
-    return pa.RecordBatch.from_arrays(cols, schema=schema)
+    """Record batches of the messages committed by ``[start, end)``, resuming
+    from ``states`` (ACKs included unless ``include_acks`` is False)."""
+    with _reader(client, journal, content, start, end, states, include_acks) as reader:
+        yield from reader

@@ -68,7 +68,7 @@ from message import (
     write_intents,
 )
 
-from ._content import ContentSpec
+from ._content import ContentSpec, message_from_row
 from ._stores import STATE_PREFIX, StoreOptions, read_all
 
 log = logging.getLogger("pipeline")
@@ -286,7 +286,7 @@ def publish_rows(
                 mapping = _Mapped(target.mapping_func(store, batch.schema.names))
             clock.update()  # timestamps follow the wall clock, batch by batch
             for row in batch.to_pylist():
-                msg = target.content.message_from_row(ct, row)
+                msg = message_from_row(target.content, ct, row)
                 journal = mapping.prepare(msg)
                 if journal not in rollbacks:
                     rollbacks[journal] = _rollback(store, producer, journal, msg, clock.value)

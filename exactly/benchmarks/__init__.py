@@ -8,6 +8,7 @@ and list its module name in ``BENCHMARKS``.
 
 BENCHMARKS: tuple[str, ...] = (
     "bench_mixed",
+    "bench_arrow",
     "bench_sequencer",
     "bench_journal_io",
     "bench_framing",

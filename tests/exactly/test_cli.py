@@ -614,3 +614,48 @@ def test_read_a_journal_with_a_damaged_fragment(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout.splitlines()[-1])["message"]["n"] == 11
     assert f"damaged offsets [{victim.begin}, {victim.end})" in r.stderr
+
+
+def test_read_committed_to_arrow_and_parquet(tmp_path: Path) -> None:
+    """read --format arrow|parquet --output FILE writes the committed view of a
+    journal or a selector; pandas (and DuckDB, where installed) open it."""
+    pa = pytest.importorskip("pyarrow")
+    pd = pytest.importorskip("pandas")
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "clicks/a", "clicks/b", "-l", "app=clicks")
+    ok(root, "append", "clicks/a", input='{"page": "/", "n": 1}\n{"page": "/cart", "n": 2}\n')
+    ok(root, "append", "clicks/b", "--transaction", input='{"page": "/buy", "n": 3}\n')
+    parquet, arrow = tmp_path / "c.parquet", tmp_path / "c.arrow"
+    r = run(root, "read", "--selector", "app=clicks", "--format", "parquet",
+            "--output", str(parquet))
+    assert r.returncode == 0 and "wrote 3 rows" in r.stderr, r.stderr
+    df = pd.read_parquet(parquet)
+    assert sorted(df["n"]) == [1, 2, 3] and set(df["journal"]) == {"clicks/a", "clicks/b"}
+    assert (df["flags"] != 2).all()  # no ACK rows
+    ok(root, "read", "clicks/a", "--format", "arrow", "--output", str(arrow),
+       "--schema", "page string, n long")
+    import pyarrow.feather
+
+    table = pyarrow.feather.read_table(arrow)
+    assert table["page"].to_pylist() == ["/", "/cart"]
+    assert table.schema.field("n").type == pa.int64()
+    try:
+        import duckdb
+    except ImportError:
+        return
+    got = duckdb.sql(f"SELECT sum(n) FROM '{parquet}'").fetchone()
+    assert got is not None and got[0] == 6
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--format", "arrow"], "--output FILE"),
+    (["clicks/a", "--format", "parquet", "-o", "x", "--follow"], "--follow goes with"),
+    (["clicks/a", "--format", "arrow", "-o", "x", "--schema", "page strng"], "--schema"),
+    (["--selector", "app=x"], "--format arrow or parquet"),
+])
+def test_read_columns_mistakes_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "clicks/a")
+    r = run(root, "read", *args)
+    assert r.returncode != 0 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert not (tmp_path / "x").exists()

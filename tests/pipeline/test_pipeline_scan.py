@@ -486,10 +486,10 @@ def test_uuid_columns_parse_as_uuid_does(values: list[Any], cut: int) -> None:
     """A column of UUID strings (sliced arrays too) gives what ``uuid.UUID``
     makes of each string, and the nil UUID for anything else, in whichever
     implementation runs (native, or numpy with EXACTLY_PURE_PYTHON)."""
-    import pipeline._scan as scan
+    import message.arrow as arrow
 
     arr = pa.array(values, pa.string()).slice(min(cut, len(values)))
-    hi, lo = scan._uuid_halves(arr)
+    hi, lo = arrow._uuid_halves(arr)
     got = [(int(h) << 64) | int(v) for h, v in zip(hi, lo, strict=True)]
     assert got == [_uuid_int_or_nil(text) for text in arr.to_pylist()]
 
@@ -497,17 +497,14 @@ def test_uuid_columns_parse_as_uuid_does(values: list[Any], cut: int) -> None:
 @settings(max_examples=50, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)), max_size=30))
 def test_metadata_columns_format_uuids_as_uuid_does(halves: list[tuple[int, int]]) -> None:
-    import pipeline._scan as scan
+    from message.arrow import envelope_columns
 
     n = len(halves)
-    index = scan._Index(
-        np.arange(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64),
+    cols = envelope_columns(
+        "a/journal", np.arange(n, dtype=np.int64), np.arange(1, n + 1, dtype=np.int64),
         np.array([h for h, _ in halves], dtype=np.uint64),
-        np.array([lo for _, lo in halves], dtype=np.uint64),
+        np.array([lo for _, lo in halves], dtype=np.uint64), np.arange(n, dtype=np.int64),
     )
-    rows = np.arange(n)
-    commit = np.arange(n, dtype=np.int64)
-    cols = scan.meta_columns("a/journal", index, rows, commit)
     want = [uuid.UUID(int=(h << 64) | lo) for h, lo in halves]
     assert cols[3].to_pylist() == [str(u) for u in want]
     assert cols[4].to_pylist() == [f"{u.node:012x}" for u in want]
