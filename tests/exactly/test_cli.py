@@ -91,6 +91,7 @@ def test_follow_prints_new_messages_promptly(tmp_path: Path) -> None:
     ("args", "stdin", "needle"),
     [
         (("read", "no/such"), None, "no/such"),
+        (("read",), None, "name a journal to read"),
         (("append", "j/x"), "not json\n", "line 1"),
         (("append", "j/x"), "[1, 2]\n", "JSON object"),
         (("journals", "create", "bad name!"), None, "bad name!"),
@@ -115,7 +116,6 @@ def test_user_mistakes_print_one_line(tmp_path: Path, args, stdin, needle) -> No
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (("read",), "required: name"),
         (("append",), "required: name"),
         (("read", "j/x", "--limit", "many"), "not a number: 'many'"),
         (("no-such-command",), "invalid choice: 'no-such-command'"),
