@@ -451,6 +451,9 @@ class _Source:
                 uuid_type = pa.struct([(key, uuid_type)])
             fields = [(n, t) for n, t in self.content.fields if n != path[0]]
             self.json_schema = pa.schema([*fields, (path[0], uuid_type)])
+            # A task reading one bucket of many parses every line's UUID,
+            # then the content of its own bucket's lines only.
+            self.uuid_schema = pa.schema([(path[0], uuid_type)])
         else:
             self.content.new_message(spec)  # fail early on a missing proto_class
 
@@ -489,31 +492,57 @@ class _Source:
         return _Window(at, at, e, e, u, u, self.content_schema.empty_table(), error)
 
     def _parse(self, at: int, data: memoryview) -> _Window | None:
+        """The window of whole lines ``data`` parsed in bulk (for a reader of
+        one bucket of several, only that bucket's rows), or None if Arrow
+        will not take it as it is (the exact path decides)."""
         begins, ends = _line_bounds(data)
         if len(ends) == 0 or ends[-1] != len(data):
             return None  # a partial line (an empty one shows as a missing row below)
+        owner = self.owner
+        bucketed = owner.buckets > 1
         try:
-            table = pa_json.read_json(
-                pa.BufferReader(data),
-                read_options=pa_json.ReadOptions(
-                    use_threads=False, block_size=max(1 << 20, len(data) + 1)
-                ),
-                parse_options=pa_json.ParseOptions(
-                    explicit_schema=self.json_schema, unexpected_field_behavior="ignore"
-                ),
-            )
+            table = self._read_json(data, self.uuid_schema if bucketed else self.json_schema)
             if table.num_rows != len(ends):
                 return None
-            col: Any = table.column(self.content.uuid_path[0]).combine_chunks()
-            for key in self.content.uuid_path[1:]:
-                col = col.field(key)
-            hi, lo = _uuid_halves(col)
+            hi, lo = self._uuids(table)
+            if bucketed:
+                rows = np.flatnonzero(bucket_of(lo & _MASK48, owner.buckets) == owner.bucket)
+                # The bucket's lines, laid end to end: a take of the window
+                # seen as a binary array whose values are its lines.
+                offsets = np.r_[np.int64(0), ends]
+                begins, ends, hi, lo = begins[rows], ends[rows], hi[rows], lo[rows]
+                lines = pa.LargeBinaryArray.from_buffers(
+                    pa.large_binary(), len(offsets) - 1,
+                    [None, pa.py_buffer(offsets), pa.py_buffer(data)],
+                ).take(pa.array(rows, pa.int64()))
+                table = (self._read_json(lines.buffers()[2], self.json_schema) if len(rows)
+                         else self.json_schema.empty_table())
+                if table.num_rows != len(rows):
+                    return None
             content = table.select(self.content.names) if self.content.fields else (
                 pa.table({"_": pa.nulls(len(ends))}).select([])
             )
         except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, KeyError):
             return None
         return _Window(at, at + len(data), begins + at, ends + at, hi, lo, content)
+
+    @staticmethod
+    def _read_json(data: Any, schema: pa.Schema) -> pa.Table:
+        return pa_json.read_json(
+            pa.BufferReader(data),
+            read_options=pa_json.ReadOptions(
+                use_threads=False, block_size=max(1 << 20, len(data) + 1)
+            ),
+            parse_options=pa_json.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="ignore"
+            ),
+        )
+
+    def _uuids(self, table: pa.Table) -> tuple[Array, Array]:
+        col: Any = table.column(self.content.uuid_path[0]).combine_chunks()
+        for key in self.content.uuid_path[1:]:
+            col = col.field(key)
+        return _uuid_halves(col)
 
     def _exact(self, start: int, stop: int, quiet: bool) -> Iterator[_Window]:
         """Windows of ``[start, stop)`` decoded frame by frame."""
@@ -713,7 +742,9 @@ class _ArrowReader:
     def _batch(self, source: _Source, w: _Window) -> pa.RecordBatch | None:
         name = source.spec.name
         if self.buckets > 1 and len(w):
-            w = w.take(np.flatnonzero(bucket_of(w.lo & _MASK48, self.buckets) == self.bucket))
+            mine = bucket_of(w.lo & _MASK48, self.buckets) == self.bucket
+            if not mine.all():  # (a window parsed in bulk holds only the bucket's rows)
+                w = w.take(np.flatnonzero(mine))
         if not len(w):
             return None
         producers = w.lo & _MASK48

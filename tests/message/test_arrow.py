@@ -131,6 +131,29 @@ def test_both_readers_agree_row_for_row(w: Workload, ring: int, batch: int, data
         assert _states(ours.checkpoint()) == _states(whole.checkpoint())
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(w=workloads(), buckets=st.integers(2, 5), batch=st.integers(1, 600))
+def test_buckets_split_the_committed_rows_between_them(
+    w: Workload, buckets: int, batch: int
+) -> None:
+    """Readers of the buckets of a journal (the Spark tasks of one journal:
+    each parses every UUID, and the content of its own producers' lines)
+    deliver, between them, every committed row once, with its content."""
+    client = _store(w)
+    for name in w.journals:
+        expected = _iter_rows(_committed(client, name, 8))
+        got: list[Row] = []
+        for b in range(buckets):
+            got += _batch_rows(ReadCommittedArrow(client, name, schema=SCHEMA, batch_bytes=batch,
+                                                  bucket=b, buckets=buckets))
+        assert sorted(got) == sorted(expected)
+        every = ReadUncommittedArrow(client, name, schema=SCHEMA, batch_bytes=batch).read_all()
+        split = sum(ReadUncommittedArrow(client, name, schema=SCHEMA, batch_bytes=batch,
+                                         bucket=b, buckets=buckets).read_all().num_rows
+                    for b in range(buckets))
+        assert split == every.num_rows
+
+
 def _states(cp: Checkpoint) -> tuple[dict[str, int], set[tuple[str, bytes, int, int]]]:
     return cp.offsets, {(s.journal, s.producer, s.last_ack, s.begin) for s in cp.states}
 
