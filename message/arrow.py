@@ -878,7 +878,8 @@ class ReadCommittedArrow(_ArrowReader):
     ``skip_corrupt=True`` it is skipped and counted in :attr:`skipped`
     (``on_skip`` is told of each instead of the log). ``bucket`` of
     ``buckets`` reads only the producers whose hashed ProducerID falls in
-    that bucket (the rest is another reader's: parallel reads of a journal).
+    that bucket (the rest is another reader's: parallel reads of a journal);
+    it parses every line's UUID, and the content of its own lines only.
     """
 
 
