@@ -55,6 +55,7 @@ from ._local_reader import LocalJournalReader as LocalJournalReader
 from ._memory import MemoryJournalClient as MemoryJournalClient
 from ._memory import MemoryJournalReader as MemoryJournalReader
 from ._offsets import OffsetTracker as OffsetTracker
+from ._offsets import read_all as read_all
 from ._spec import CONTENT_TYPE_LABEL as CONTENT_TYPE_LABEL
 from ._spec import AppendResult as AppendResult
 from ._spec import JournalSpec as JournalSpec
@@ -86,6 +87,7 @@ __all__ = [
     "MemoryJournalClient",
     "MemoryJournalReader",
     "OffsetTracker",
+    "read_all",
     "GazetteClient",
     "GazetteReader",
     "JournalRoute",

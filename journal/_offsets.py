@@ -1,4 +1,5 @@
-"""Journal offsets of the bytes a reader returned, across retention's jumps."""
+"""What readers of a journal share: the journal offsets of the bytes a
+reader returned, across retention's jumps; reading one to its end."""
 
 from __future__ import annotations
 
@@ -75,3 +76,12 @@ class OffsetTracker:
             self._shift = begin - self.pos
             self.jumps.append((self.pos, self._shift))
         self.pos += n
+
+
+def read_all(reader: JournalReader) -> bytes:
+    """Everything ``reader`` has to give, to its end (one ``read`` returns at
+    most what one piece holds: a Gazette broker sends about 32 KiB)."""
+    parts = []
+    while chunk := reader.read(1 << 20):
+        parts.append(chunk)
+    return b"".join(parts)

@@ -66,7 +66,7 @@ from framing import (
     CONTENT_TYPE_PROTO_FIXED,
     FramingError,
 )
-from journal import CorruptJournalError, JournalClient, JournalSpec
+from journal import CorruptJournalError, JournalClient, JournalSpec, read_all
 
 from ._checkpoint import Checkpoint
 from ._columnar import ProducerColumns, sequence_columns
@@ -253,7 +253,7 @@ def infer_json_fields(
             if spec.content_type != CONTENT_TYPE_JSON_LINES:
                 continue
             with client.read(spec.name, 0, _head(client, spec.name, INFER_BYTES)) as r:
-                data = _read_all(r)
+                data = read_all(r)
             data = data[: data.rfind(b"\n") + 1]
             if not data:
                 continue
@@ -266,13 +266,6 @@ def infer_json_fields(
     except (pa.ArrowInvalid, OSError, ValueError):
         return []  # inference is a convenience: it never fails a read
     return list(columns.items())
-
-
-def _read_all(reader: Any) -> bytes:
-    parts = []
-    while chunk := reader.read(1 << 20):
-        parts.append(chunk)
-    return b"".join(parts)
 
 
 def _head(client: JournalClient, journal: str, at_most: int | None = None) -> int:

@@ -16,6 +16,7 @@ does the same in one pass, and the test suite runs both (with
 
 from __future__ import annotations
 
+import functools
 import uuid
 from typing import TYPE_CHECKING, Any, Final
 
@@ -75,11 +76,7 @@ def _parse_canonical(data: Array, offsets: Array, hi: Array, lo: Array) -> list[
     ``hi`` and ``lo``; returns the rows left (strings of any other form)."""
     import numpy as np
 
-    hex_value: Array = np.full(256, 255, dtype=np.uint8)
-    for i, c in enumerate(b"0123456789abcdef"):
-        hex_value[c] = i
-    for i, c in enumerate(b"ABCDEF"):
-        hex_value[c] = 10 + i
+    hex_value = _hex_values()
     canonical = np.diff(offsets) == 36
     rows = np.flatnonzero(canonical)
     if len(rows):
@@ -93,6 +90,19 @@ def _parse_canonical(data: Array, offsets: Array, hi: Array, lo: Array) -> list[
         lo[rows[good]] = (d[:, 16:] * weights).sum(axis=1, dtype=np.uint64)
         canonical[rows[~good]] = False
     return [int(i) for i in np.flatnonzero(~canonical & (np.diff(offsets) > 0))]
+
+
+@functools.cache
+def _hex_values() -> Array:
+    """The value of each hex digit's ASCII byte; 255 for any other byte."""
+    import numpy as np
+
+    values: Array = np.full(256, 255, dtype=np.uint8)
+    for i, c in enumerate(b"0123456789abcdef"):
+        values[c] = i
+    for i, c in enumerate(b"ABCDEF"):
+        values[c] = 10 + i
+    return values
 
 
 def format_uuid_strings(hi: Array, lo: Array) -> tuple[bytes, bytes]:

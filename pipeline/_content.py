@@ -22,33 +22,21 @@ from framing import CONTENT_TYPE_CSV, CONTENT_TYPE_JSON_LINES
 from message import CSVRecord, JsonDocument, Message, ProtoMessage
 from message.arrow import (
     ENVELOPE_FIELDS,
-    ENVELOPE_NAMES,
     PROTO_TYPES,
     ArrowContent,
     load_proto_class,
-    to_arrow,
 )
 
-#: How messages become content columns: ``message.arrow.ArrowContent``.
-ContentSpec = ArrowContent
-
-#: The metadata columns of every row, in order, with their Arrow types: the
-#: envelope columns of ``message.arrow`` (``commit_offset`` is the offset of
-#: the envelope whose arrival committed the row's sequence; ordering one
-#: journal's rows by ``(commit_offset, begin)`` reproduces the order a
-#: Sequencer emits them in).
-META_FIELDS: Final[tuple[tuple[str, pa.DataType], ...]] = ENVELOPE_FIELDS
-META_NAMES: Final = ENVELOPE_NAMES
-META_DDL: Final = (
-    "journal string, begin long, end long, uuid string, producer string, clock long, "
-    "flags int, publish_time timestamp, commit_offset long"
-)
-
-# Arrow types of protobuf scalar fields as Spark DDL types.
+# Arrow types (of protobuf scalar fields, and of the envelope columns) as
+# Spark DDL types.
 _ARROW_DDL: Final = {
     pa.float64(): "double", pa.float32(): "float", pa.int64(): "long", pa.int32(): "int",
     pa.bool_(): "boolean", pa.string(): "string", pa.binary(): "binary",
+    pa.timestamp("us", tz="UTC"): "timestamp",
 }
+
+#: The envelope columns every row starts with (``message.arrow.ENVELOPE_FIELDS``), as DDL.
+META_DDL: Final = ", ".join(f"{name} {_ARROW_DDL[typ]}" for name, typ in ENVELOPE_FIELDS)
 
 
 def proto_content_ddl(path: str, uuid_field: str) -> str:
@@ -92,6 +80,5 @@ def _csv_text(v: Any) -> str:
 
 
 __all__ = [
-    "META_DDL", "META_FIELDS", "META_NAMES", "ContentSpec", "message_from_row",
-    "proto_content_ddl", "to_arrow",
+    "META_DDL", "message_from_row", "proto_content_ddl",
 ]

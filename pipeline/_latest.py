@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F  # noqa: N812 -- the usual PySpark alias
 
-from ._content import META_NAMES
+from message.arrow import ENVELOPE_NAMES
 
 #: Rows of one journal in the order a Sequencer commits them.
 COMMIT_ORDER: tuple[str, ...] = ("commit_offset", "begin")
@@ -36,7 +36,7 @@ def latest_by_key(
     if missing:
         raise ValueError(f"columns {missing} are not in the DataFrame ({df.columns})")
     others = [c for c in df.columns if c not in keys]
-    content = [c for c in others if c not in META_NAMES]
+    content = [c for c in others if c not in ENVELOPE_NAMES]
     marker = "__deleted"
     deleted = (
         F.lit(True) if not content

@@ -69,9 +69,9 @@ from framing import (
     registered_content_types,
 )
 from journal import JournalNotFoundError
-from message.arrow import infer_json_fields
+from message.arrow import ENVELOPE_FIELDS, ENVELOPE_NAMES, ArrowContent, infer_json_fields
 
-from ._content import META_DDL, META_FIELDS, META_NAMES, ContentSpec, proto_content_ddl
+from ._content import META_DDL, proto_content_ddl
 from ._scan import READ_COMMITTED, READ_UNCOMMITTED, read_journal
 from ._stores import StoreOptions, select_journals
 from ._stream import (
@@ -150,10 +150,10 @@ def content_columns(ddl: str) -> str:
     message's field, whose name its comment says, and Spark never sees two
     columns of one name (its AMBIGUOUS_REFERENCE)."""
     items = _ddl_items(ddl)
-    taken = set(META_NAMES) | {name for name, _ in items}
+    taken = set(ENVELOPE_NAMES) | {name for name, _ in items}
     out = []
     for name, text in items:
-        if name not in META_NAMES:
+        if name not in ENVELOPE_NAMES:
             out.append(text)
             continue
         column = f"content_{name}"
@@ -213,16 +213,16 @@ def _ddl_name(item: str) -> str:
     return item.replace(":", " ").split()[0]
 
 
-def content_spec(options: Mapping[str, str], schema: StructType) -> ContentSpec:
-    """The ContentSpec of the content columns of ``schema`` (those after the
+def content_spec(options: Mapping[str, str], schema: StructType) -> ArrowContent:
+    """The ArrowContent of the content columns of ``schema`` (those after the
     metadata columns): each holds the message field of its name, or the one
     its comment names (see ``content_columns``)."""
-    fields = schema.fields[len(META_FIELDS) :]
+    fields = schema.fields[len(ENVELOPE_FIELDS) :]
     arrow = to_arrow_schema(StructType(fields), timezone="UTC") if fields else pa.schema([])
     path = tuple(p for p in options.get("uuid_path", "_meta/uuid").split("/") if p)
     if not path:
         raise ValueError("uuid_path must name at least one key")
-    return ContentSpec(
+    return ArrowContent(
         tuple((_field_of(f), a.type) for f, a in zip(fields, arrow, strict=True)),
         uuid_path=path,
         proto_class=options.get("proto_class") or None,
@@ -232,7 +232,7 @@ def content_spec(options: Mapping[str, str], schema: StructType) -> ContentSpec:
 
 def _field_of(column: Any) -> str:
     comment = (column.metadata or {}).get("comment", "")
-    if comment.startswith(RENAMED_COMMENT) and comment[len(RENAMED_COMMENT) :] in META_NAMES:
+    if comment.startswith(RENAMED_COMMENT) and comment[len(RENAMED_COMMENT) :] in ENVELOPE_NAMES:
         return str(comment[len(RENAMED_COMMENT) :])
     return str(column.name)
 
@@ -362,7 +362,7 @@ class _Published(WriterCommitMessage):
 def _target(options: Mapping[str, str], schema: StructType) -> Target:
     fields = list(schema.fields)
     arrow = to_arrow_schema(StructType(fields), timezone="UTC") if fields else pa.schema([])
-    content = ContentSpec(
+    content = ArrowContent(
         tuple((f.name, f.type) for f in arrow),
         uuid_path=tuple(p for p in options.get("uuid_path", "_meta/uuid").split("/") if p),
         proto_class=options.get("proto_class") or None,

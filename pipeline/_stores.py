@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from journal import GazetteClient, JournalReader, JournalSpec, JournalStore, LocalJournalStore
+from journal import GazetteClient, JournalSpec, JournalStore, LocalJournalStore
 
 #: Journals the pipeline keeps its own state in (intent logs, attempt records,
 #: streaming sinks' progress): under this prefix, in the same store as the
@@ -69,12 +69,3 @@ def select_journals(client: JournalStore, options: Mapping[str, str]) -> list[Jo
     if journal is not None:
         return [client.get(journal)]
     return [s for s in client.list(selector or "") if not s.name.startswith(STATE_PREFIX)]
-
-
-def read_all(reader: JournalReader) -> bytes:
-    """Everything ``reader`` has to give (a reader returns at most what one
-    of its pieces holds at a time: a Gazette broker sends 32 KiB)."""
-    parts = []
-    while chunk := reader.read(1 << 20):
-        parts.append(chunk)
-    return b"".join(parts)

@@ -53,7 +53,7 @@ import orjson
 import pyarrow as pa
 
 from framing import CONTENT_TYPE_CSV, CONTENT_TYPE_JSON_LINES, framing_by_content_type
-from journal import JournalClient, JournalNotFoundError, JournalSpec, JournalStore
+from journal import JournalClient, JournalNotFoundError, JournalSpec, JournalStore, read_all
 from message import (
     AckIntent,
     Clock,
@@ -67,9 +67,10 @@ from message import (
     rendezvous_mapping,
     write_intents,
 )
+from message.arrow import ArrowContent
 
-from ._content import ContentSpec, message_from_row
-from ._stores import STATE_PREFIX, StoreOptions, read_all
+from ._content import message_from_row
+from ._stores import STATE_PREFIX, StoreOptions
 
 log = logging.getLogger("pipeline")
 
@@ -101,7 +102,7 @@ class Target:
     key: str | None = None
     mapping: str = "modulo"
     hash: str = "mmh3"
-    content: ContentSpec = field(default_factory=ContentSpec)
+    content: ArrowContent = field(default_factory=ArrowContent)
 
     def __post_init__(self) -> None:
         if isinstance(self.store, str):

@@ -21,7 +21,7 @@ from typing import cast
 import orjson
 
 from exactly.benchmarks._harness import Result, interleaved
-from journal import LocalJournalStore
+from journal import LocalJournalStore, read_all
 from message import JsonDocument, Publisher, ReadCommittedIter, ReadUncommittedIter
 
 J = "bench/ndjson"
@@ -98,7 +98,7 @@ def run(scale: float) -> list[Result]:
         for rep in range(2):
             times["publish"] = min(times["publish"], _publish(root / f"p{rep}", n))
         with LocalJournalStore(root / "p0") as store, store.read(J) as r:
-            data = b"".join(iter(lambda: r.read(1 << 20), b""))
+            data = read_all(r)
         lines = data.splitlines(keepends=True)
         for rep in range(2):
             times["append"] = min(times["append"], _raw_append(root / f"a{rep}", lines))

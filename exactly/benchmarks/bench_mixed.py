@@ -39,7 +39,7 @@ import orjson
 
 from exactly.benchmarks._harness import Result, interleaved
 from exactly.benchmarks._workload import mixed_frames
-from journal import LocalJournalStore
+from journal import LocalJournalStore, read_all
 from message import (
     Envelope,
     JsonDocument,
@@ -211,11 +211,8 @@ def run(scale: float) -> list[Result]:
             # split from its bytes (contiguous in memory), as in bench_journal_io.
             lines = []
             for name in JOURNALS:
-                chunks = []
                 with store.read(name) as r:
-                    while chunk := r.read(1 << 20):
-                        chunks.append(chunk)
-                lines.append(b"".join(chunks).splitlines(keepends=True))
+                    lines.append(read_all(r).splitlines(keepends=True))
             reads = interleaved({
                 "uncommitted": lambda: _read_uncommitted(store),
                 "committed": lambda: _read_committed(store),

@@ -32,7 +32,7 @@ from message import (
     get_flags,
     proto_message_type,
 )
-from pipeline._content import ContentSpec
+from message.arrow import ArrowContent
 from pipeline._scan import read_journal
 from pipeline._stream import encode_states, read_range, sequence_range, states_of
 from pipeline._write import (
@@ -53,7 +53,7 @@ from tests.strategies import Workload, chaos_workloads, producer, publisher_work
 
 NDJSON = {"content-type": "application/x-ndjson"}
 
-TEXT = ContentSpec((("text", pa.string()),))
+TEXT = ArrowContent((("text", pa.string()),))
 
 
 @pytest.fixture(autouse=True)
@@ -151,7 +151,7 @@ def test_typed_columns_and_values_that_do_not_convert() -> None:
     for n in (1, "two", 3):
         u = build_uuid(producer(1), 100 + (n if isinstance(n, int) else 2), 0)
         client.append("j", orjson.dumps({"_meta": {"uuid": str(u)}, "n": n}) + b"\n")
-    spec = ContentSpec((("n", pa.int64()), ("absent", pa.string())))
+    spec = ArrowContent((("n", pa.int64()), ("absent", pa.string())))
     rows = [r for b in read_journal(client, "j", spec) for r in b.to_pylist()]
     assert [r["n"] for r in rows] == [1, None, 3]
     assert [r["absent"] for r in rows] == [None] * 3
@@ -182,10 +182,10 @@ def test_csv_and_fixed_protobuf_journals() -> None:
         client.append("csv", csv.marshal(CSVRecord([str(u), f"/p{i}", str(i)])))
         client.append("pb", fixed.marshal(pv(uuid=u.bytes, page=f"/p{i}", duration_ms=i)))
     client.append("csv", csv.marshal(CSVRecord([str(u), "/dup", "9"])))  # a duplicate
-    spec = ContentSpec((("page", pa.string()), ("n", pa.int64())))
+    spec = ArrowContent((("page", pa.string()), ("n", pa.int64())))
     rows = [r for b in read_journal(client, "csv", spec) for r in b.to_pylist()]
     assert [(r["page"], r["n"]) for r in rows] == [("/p0", 0), ("/p1", 1), ("/p2", 2)]
-    pspec = ContentSpec(
+    pspec = ArrowContent(
         (("page", pa.string()), ("duration_ms", pa.int64())),
         proto_class="tests.examples_pb2.PageView",
     )
