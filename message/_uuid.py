@@ -135,6 +135,17 @@ class Clock:
             self._value += 1
             return self._value
 
+    def advance(self, count: int) -> int:
+        """Add ``count`` to the clock and return the first of the ``count``
+        values passed (what ``count`` calls of ``tick()`` would return
+        first); ``count`` is at least 1."""
+        if count < 1:
+            raise ValueError(f"a clock advances by at least 1, not {count}")
+        with self._lock:
+            first = self._value + 1
+            self._value += count
+            return first
+
     def update(self, unix_ns: int | None = None) -> None:
         """Set the clock to the time ``unix_ns`` (default now) if that is later."""
         nxt = new_clock(time.time_ns() if unix_ns is None else unix_ns)

@@ -127,3 +127,16 @@ def format_uuid_strings(hi: Array, lo: Array) -> tuple[bytes, bytes]:
     text: Array = np.full((n, 36), ord("-"), dtype=np.uint8)
     text[:, list(_DIGIT_POSITIONS)] = digits
     return text.tobytes(), np.ascontiguousarray(digits[:, 20:]).tobytes()
+
+
+def uuid_strings(producer: bytes, first_clock: int, count: int, flags: int) -> bytes:
+    """The canonical strings (36 bytes each, laid end to end) of the UUIDs of
+    ``producer`` (6 bytes) with the ``count`` clocks from ``first_clock`` on
+    and ``flags``: what a Publisher stamps on messages it sequences."""
+    import numpy as np
+
+    from .layout import halves_of
+
+    clocks = np.arange(first_clock, first_clock + count, dtype=np.uint64)
+    hi, lo = halves_of(int.from_bytes(producer, "big"), clocks, flags)
+    return format_uuid_strings(hi, lo)[0]

@@ -144,6 +144,26 @@ def clocks_of(hi: Array, lo: Array) -> Array:
     return clocks
 
 
+def halves_of(producer: int, clocks: Array, flags: int) -> tuple[Array, Array]:
+    """The UUIDs of (``producer``, each of ``clocks``, ``flags``) as ``hi`` and
+    ``lo`` uint64 arrays (see :func:`uuid_int`)."""
+    import numpy as np
+
+    u = np.uint64
+    clocks = np.asarray(clocks, dtype=np.uint64)
+    hi: Array = (
+        (((clocks >> u(4)) & u(0xFFFFFFFF)) << u(32))
+        | (((clocks >> u(36)) & u(0xFFFF)) << u(16))
+        | ((clocks >> u(52)) & u(0x0FFF))
+        | u(0x1000)
+    )
+    lo: Array = (
+        ((clocks & u(0xF)) << u(COUNTER_SHIFT))
+        | u(((0x8000 | flags) << FLAGS_SHIFT) | (producer & PRODUCER_MASK))
+    )
+    return hi, lo
+
+
 def flags_of(lo: Array) -> Array:
     """Flags of UUIDs (see :func:`flags_of_int`), as int32."""
     import numpy as np

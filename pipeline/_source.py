@@ -68,7 +68,7 @@ from framing import (
     CONTENT_TYPE_PROTO_FIXED,
     registered_content_types,
 )
-from journal import JournalNotFoundError
+from journal import GazetteClient, JournalNotFoundError
 from message.arrow import ENVELOPE_FIELDS, ENVELOPE_NAMES, ArrowContent, infer_json_fields
 
 from ._content import META_DDL, proto_content_ddl
@@ -378,10 +378,13 @@ def _target(options: Mapping[str, str], schema: StructType) -> Target:
 def _create_target_journal(options: Mapping[str, str]) -> None:
     """A write to one named journal creates the store and the journal if
     they do not exist yet (NDJSON unless ``content_type`` says otherwise),
-    as a Spark write to a new path creates it. A selector names journals
-    that must exist: their partitioning is the user's to decide."""
+    as a Spark write to a new path creates it, on a Gazette cluster with
+    ``replication`` brokers holding it (the client's default, 3, unless the
+    option says otherwise). A selector names journals that must exist: their
+    partitioning is the user's to decide."""
     journal = options.get("journal")
     where = StoreOptions.of(options)
+    replication = _replication(options, where)
     if not journal or options.get("selector") is not None:
         return
     with where.open(create=True) as store:
@@ -395,7 +398,26 @@ def _create_target_journal(options: Mapping[str, str]) -> None:
                     f"content_type {options.get('content_type')!r}: no framing writes it;"
                     f" use ndjson, csv or proto"
                 ) from None
-            store.create(journal, {"content-type": ct})
+            if isinstance(store, GazetteClient) and replication is not None:
+                store.create(journal, {"content-type": ct}, replication=replication)
+            else:
+                store.create(journal, {"content-type": ct})
+
+
+def _replication(options: Mapping[str, str], where: StoreOptions) -> int | None:
+    text = options.get("replication")
+    if text is None:
+        return None
+    if where.broker is None:
+        raise ValueError("the option replication is for journals a write creates on a Gazette"
+                         " cluster (option broker); the embedded store keeps one copy")
+    try:
+        replication = int(text)
+    except ValueError:
+        replication = 0
+    if replication < 1:
+        raise ValueError(f"replication must be a whole number of brokers, at least 1, not {text!r}")
+    return replication
 
 
 _CONTENT_TYPES: Final = {

@@ -9,7 +9,8 @@ read-committed yet. Then, on the driver:
   an intent log (a ``JournalIntentLog``), written, and the log is removed. A
   driver that dies in between leaves the log behind, and ``recover`` (run
   before every read and write of the data source) writes it again: writing
-  an ACK twice is harmless.
+  an ACK twice is harmless. Intents that all go to one journal are written
+  in one append instead, which is atomic: they need no log.
 - ``abort_job``: the roll-back intents are written, so readers drop the rows
   at once instead of waiting for an ACK that never comes.
 
@@ -47,14 +48,16 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, cast
 
+import numpy as np
 import orjson
 import pyarrow as pa
 
 from framing import CONTENT_TYPE_CSV, CONTENT_TYPE_JSON_LINES, framing_by_content_type
 from journal import JournalClient, JournalNotFoundError, JournalSpec, JournalStore, read_all
 from message import (
+    IMPLEMENTATION,
     AckIntent,
     Clock,
     Flags,
@@ -67,7 +70,8 @@ from message import (
     rendezvous_mapping,
     write_intents,
 )
-from message.arrow import ArrowContent
+from message.arrow import ArrowContent, ndjson_frames
+from message.columns import uuid_strings
 
 from ._content import message_from_row
 from ._stores import STATE_PREFIX, StoreOptions
@@ -145,6 +149,26 @@ class Target:
         make = modulo_mapping if self.mapping == "modulo" else rendezvous_mapping
         return make(key_of, lambda: specs, hash=self.hash)
 
+    def journal_of_key(self, client: JournalClient, names: list[str]) -> Callable[[Any], str]:
+        """The journal of a row by its ``key`` column's value, as
+        ``mapping_func`` maps the row's message (memoized per value)."""
+        if self.journal is not None:
+            journal = self.journal
+            return lambda value: journal
+        specs = self.partitions(client)
+        make = modulo_mapping if self.mapping == "modulo" else rendezvous_mapping
+        by_text = make(_same_text, lambda: specs, hash=self.hash)
+        memo: dict[str | bytes, str] = {}
+
+        def journal_of(value: Any) -> str:
+            text = _key_text(value)
+            journal = memo.get(text)
+            if journal is None:
+                journal = memo[text] = by_text(text)[0]
+            return journal
+
+        return journal_of
+
 
 def _key_func(content_type: str, names: list[str], key: str) -> Callable[[Any], str | bytes]:
     if key not in names:
@@ -155,6 +179,10 @@ def _key_func(content_type: str, names: list[str], key: str) -> Callable[[Any], 
         pos = 1 + names.index(key)
         return lambda rec: rec[pos]
     return lambda msg: _key_text(getattr(msg.pb, key))
+
+
+def _same_text(text: Any) -> str | bytes:
+    return cast(str | bytes, text)
 
 
 def _key_text(v: Any) -> str | bytes:
@@ -258,51 +286,29 @@ def publish_rows(
     client: JournalStore | None = None,
     *,
     job: str | None = None,
+    bulk: bool | None = None,
 ) -> PublishedBatch:
     """Publish every row of ``batches`` uncommitted under a new producer, and
     return its ACK and roll-back intents. On failure, roll back and re-raise.
     With a ``job`` (see ``start_job``), the roll-back of each journal is
-    recorded durably before the first message to it is published."""
+    recorded durably before the first message to it is published.
+
+    Rows of NDJSON journals are framed a batch at a time (``_Attempt.bulk``)
+    when the native core runs, or with ``bulk=True``; the row-by-row path
+    (``_Attempt.rows``) is the reference, which ``EXACTLY_PURE_PYTHON=1``
+    (or ``bulk=False``) runs, and which frames the same bytes."""
     own = client is None
     store: JournalStore = target.options.open() if client is None else client
-    # A clock of our own, which only publishing moves (one tick a message):
-    # the first message to a journal gets the clock after the one recorded.
-    clock = Clock()
-    publisher = Publisher(store, clock)
-    producer = publisher.producer_id
-    record = None if job is None else attempts_journal(job)
-    rollbacks: dict[str, bytes] = {}  # per journal, the ACK that rolls this attempt back
-    rows = 0
+    attempt = _Attempt(target, store, job, IMPLEMENTATION == "native" if bulk is None else bulk)
     try:
-        if record is not None:
-            try:
-                store.get(record)
-            except JournalNotFoundError:
-                raise JobEndedError(f"write job {job} has ended") from None
-        ct: str | None = None
-        mapping: _Mapped | None = None
+        attempt.check_job()
         for batch in batches:
-            if mapping is None:
-                ct = target.content_type(store)
-                mapping = _Mapped(target.mapping_func(store, batch.schema.names))
-            clock.update()  # timestamps follow the wall clock, batch by batch
-            for row in batch.to_pylist():
-                msg = message_from_row(target.content, ct, row)
-                journal = mapping.prepare(msg)
-                if journal not in rollbacks:
-                    rollbacks[journal] = _rollback(store, producer, journal, msg, clock.value)
-                    if record is not None:
-                        _record_rollbacks(store, record, producer, rollbacks)
-                publisher.publish_uncommitted(mapping, msg)
-                rows += 1
+            attempt.publish(batch)
         store.flush()  # every message durable before its ACK can be written
-        intents = publisher.build_ack_intents()
+        intents = attempt.publisher.build_ack_intents()
     except BaseException:
         try:
-            write_intents(store, [AckIntent(j, b) for j, b in rollbacks.items()])
-            if record is not None and rollbacks:
-                # Rolled back: nothing left to the driver.
-                _record_rollbacks(store, record, producer, {})
+            attempt.roll_back()
         except Exception:
             log.exception("rolling back a failed write task")
         raise
@@ -310,11 +316,117 @@ def publish_rows(
         if own:
             store.close()
     return PublishedBatch(
-        producer.hex(),
-        rows,
+        attempt.publisher.producer_id.hex(),
+        attempt.count,
         [(i.journal, i.intent) for i in intents],
-        list(rollbacks.items()),
+        list(attempt.rollbacks.items()),
     )
+
+
+class _Attempt:
+    """The rows one task attempt publishes, under a producer of its own."""
+
+    def __init__(self, target: Target, store: JournalStore, job: str | None, bulk: bool) -> None:
+        self.target, self.store, self.job, self.bulk_wanted = target, store, job, bulk
+        # A clock of our own, which only publishing moves (one tick a
+        # message): the first message to a journal gets the clock after the
+        # one recorded.
+        self.clock = Clock()
+        self.publisher = Publisher(store, clock=self.clock)
+        self.record = None if job is None else attempts_journal(job)
+        self.rollbacks: dict[str, bytes] = {}  # per journal, the ACK that rolls this attempt back
+        self.count = 0
+        self.content_type: str | None = None
+        self.mapping: _Mapped | None = None
+        self.journal_of_key: Callable[[Any], str] | None = None
+        self.bulk_ok = False
+
+    def check_job(self) -> None:
+        if self.record is not None:
+            try:
+                self.store.get(self.record)
+            except JournalNotFoundError:
+                raise JobEndedError(f"write job {self.job} has ended") from None
+
+    def publish(self, batch: pa.RecordBatch) -> None:
+        if self.mapping is None:
+            target, names = self.target, batch.schema.names
+            ct = self.content_type = target.content_type(self.store)
+            self.mapping = _Mapped(target.mapping_func(self.store, names))
+            self.journal_of_key = target.journal_of_key(self.store, names)
+            uuid_path = target.content.uuid_path
+            self.bulk_ok = (self.bulk_wanted and ct == CONTENT_TYPE_JSON_LINES
+                            and bool(uuid_path) and uuid_path[0] not in names)
+        self.clock.update()  # timestamps follow the wall clock, batch by batch
+        if self.bulk_ok:
+            self.bulk(batch)
+        else:
+            self.rows(batch)
+
+    def first_to(self, journal: str, msg: Message, clock: int | None = None) -> None:
+        """Before the first message to ``journal`` (whose clock is after
+        ``clock``, by default the clock's value): its roll-back, recorded."""
+        if journal not in self.rollbacks:
+            self.rollbacks[journal] = _rollback(
+                self.store, self.publisher.producer_id, journal, msg,
+                self.clock.value if clock is None else clock)
+            if self.record is not None:
+                _record_rollbacks(self.store, self.record, self.publisher.producer_id,
+                                  self.rollbacks)
+
+    def rows(self, batch: pa.RecordBatch) -> None:
+        """The reference: a message per row, published one by one."""
+        assert self.mapping is not None
+        content, ct, mapping = self.target.content, self.content_type, self.mapping
+        for row in batch.to_pylist():
+            msg = message_from_row(content, ct, row)
+            self.first_to(mapping.prepare(msg), msg)
+            self.publisher.publish_uncommitted(mapping, msg)
+            self.count += 1
+
+    def bulk(self, batch: pa.RecordBatch) -> None:
+        """NDJSON rows framed a batch at a time: the rows of each journal
+        stamped with consecutive clocks and framed in one go
+        (``message.arrow.ndjson_frames``), appended in one append."""
+        assert self.journal_of_key is not None
+        n = batch.num_rows
+        if n == 0:
+            return
+        template = self.target.content.message_type(self.content_type)()
+        producer, uuid_path = self.publisher.producer_id, self.target.content.uuid_path
+        groups: list[tuple[str, pa.RecordBatch]]
+        if self.target.journal is not None:
+            groups = [(self.target.journal, batch)]
+        else:
+            codes: dict[str, int] = {}
+            journal_of = self.journal_of_key
+            keys = batch.column(self.target.key or "").to_pylist()
+            per_row = np.fromiter((codes.setdefault(journal_of(k), len(codes)) for k in keys),
+                                  dtype=np.int64, count=n)
+            groups = [(journal, batch.take(pa.array(np.flatnonzero(per_row == code))))
+                      for journal, code in codes.items()]
+        for journal, rows in groups:
+            m = rows.num_rows
+
+            def frame(first: int, journal: str = journal, rows: pa.RecordBatch = rows,
+                      m: int = m) -> bytes:
+                data = ndjson_frames(rows, uuid_strings(producer, first, m, Flags.CONTINUE_TXN),
+                                     uuid_path)
+                assert data is not None  # bulk_ok: no column is named like the UUID's path
+                # Recorded once the frames are ready, right before they are
+                # appended: an attempt killed in between leaves a roll-back
+                # of messages never written (an ACK readers see first).
+                self.first_to(journal, template, first - 1)
+                return data
+
+            self.publisher.publish_uncommitted_frames(journal, m, frame, template)
+            self.count += m
+
+    def roll_back(self) -> None:
+        write_intents(self.store, [AckIntent(j, b) for j, b in self.rollbacks.items()])
+        if self.record is not None and self.rollbacks:
+            # Rolled back: nothing left to the driver.
+            _record_rollbacks(self.store, self.record, self.publisher.producer_id, {})
 
 
 def _record_rollbacks(
@@ -395,7 +507,11 @@ def commit_job(
     messages = list(messages)
     intents = _intents(messages, "intents")
     rollbacks = _unreported_rollbacks(client, job, messages)
-    if intents:
+    if len({i.journal for i in intents}) == 1:
+        # One append is atomic (JournalClient.append): the intents of a job
+        # that wrote one journal commit whole or not at all, and need no log.
+        client.append(intents[0].journal, b"".join(i.intent for i in intents)).result()
+    elif intents:
         ilog = JournalIntentLog(client, f"{INTENTS}{uuid.uuid4().hex}")
         ilog.save(intents)
         write_intents(client, intents)

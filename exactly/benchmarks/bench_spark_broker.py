@@ -12,6 +12,12 @@ through the brokers, not a network.
 - ``exactly-once write, brokers vs df.write.json``: one DataFrame written to
   a journal of the cluster (uncommitted by each task, committed by the
   driver), beside the same DataFrame written as JSON files to local disk.
+  The journal is created by the write with the default replication (3: every
+  broker of this cluster stores, and checksums, every byte), and again with
+  ``replication`` 1 — one copy, as the local files are. Beside them, the
+  hand-off alone: the same DataFrame passed to Python workers as Arrow
+  batches and dropped (``mapInArrow`` to the ``noop`` sink), the least a
+  write by a Python data source costs.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from exactly.benchmarks._harness import Result, interleaved
 from exactly.benchmarks._workload import copy_journal
@@ -59,19 +66,25 @@ def run(scale: float) -> list[Result]:
             df = df.cache()
             df.count()
 
-            def write_broker() -> None:
+            def write_broker(replication: int = 3) -> None:
                 (df.write.format("journal").option("broker", address)
-                 .option("journal", f"bench/out-{next(runs)}").mode("append").save())
+                 .option("journal", f"bench/out-{next(runs)}")
+                 .option("replication", str(replication)).mode("append").save())
 
             def write_json() -> None:
                 df.write.mode("overwrite").json(str(tmp / "json-out"))
+
+            def hand_off() -> None:
+                (df.mapInArrow(_drop, df.schema).write.format("noop")
+                 .mode("overwrite").save())
 
             read(broker=address)  # warm up: worker start-up and imports are not throughput
             write_broker()
             repeat = 3 if scale >= 0.5 else 1
             reads = interleaved({"broker": lambda: read(broker=address),
                                  "store": lambda: read(root=str(tmp / "store"))}, repeat=repeat)
-            writes = interleaved({"broker": write_broker, "json": write_json}, repeat=repeat)
+            writes = interleaved({"broker": write_broker, "one copy": lambda: write_broker(1),
+                                  "hand-off": hand_off, "json": write_json}, repeat=repeat)
             rows_in = spark.read.format("journal").options(**read_opts,
                                                            root=str(tmp / "store")).load().count()
             df.unpersist()
@@ -86,7 +99,19 @@ def run(scale: float) -> list[Result]:
         Result("spark: exactly-once write through brokers vs df.write.json",
                rows_out / writes["broker"], "rows/s", baseline_name="df.write.json (local)",
                baseline=rows_out / writes["json"], target=0.5),
+        Result("spark: same, journal of replication 1 vs df.write.json",
+               rows_out / writes["one copy"], "rows/s", baseline_name="df.write.json (local)",
+               baseline=rows_out / writes["json"]),
+        Result("spark: Arrow hand-off to Python alone vs df.write.json",
+               rows_out / writes["hand-off"], "rows/s", baseline_name="df.write.json (local)",
+               baseline=rows_out / writes["json"]),
     ]
+
+
+def _drop(batches: Any) -> Any:
+    """Arrow batches received and dropped (nothing is written)."""
+    for batch in batches:
+        yield batch.slice(0, 0)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ typedef struct {
     PyObject *json_document, *json_set_uuid; /* JsonDocument and its own set_uuid */
     PyObject *dict_get, *dict_setitem;       /* dict.get, dict.__setitem__ */
     PyObject *str_validate, *str_set_uuid, *str_marshal, *str_append, *str_tick,
-        *str_update, *str_get_, *str_content_type, *str_new_ack, *str_setitem, *str_plain_dumps;
+        *str_update, *str_advance, *str_get_, *str_content_type, *str_new_ack, *str_setitem, *str_plain_dumps;
 } PubConfig;
 
 static PubConfig P;
@@ -68,6 +68,7 @@ configure_publisher(PyObject *module, PyObject *args)
     INTERN(str_append, "append");
     INTERN(str_tick, "tick");
     INTERN(str_update, "update");
+    INTERN(str_advance, "advance");
     INTERN(str_get_, "get");
     INTERN(str_content_type, "content_type");
     INTERN(str_new_ack, "new_acknowledgement");
@@ -501,6 +502,75 @@ publisher_publish_uncommitted(Publisher *p, PyObject *const *args, Py_ssize_t na
     return publish(p, args[0], args[1], CONTINUE_TXN);
 }
 
+/* publish_uncommitted_frames(journal, count, frame, ack): see the Python
+ * Publisher's method of the same name (message/_publisher.py). */
+static PyObject *
+publisher_publish_uncommitted_frames(Publisher *p, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "publish_uncommitted_frames(journal, count, frame, ack)");
+        return NULL;
+    }
+    PyObject *journal = args[0], *frame = args[2], *ack = args[3];
+    Py_ssize_t count = PyLong_AsSsize_t(args[1]);
+    if (count == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    if (count < 1) {
+        PyErr_Format(PyExc_ValueError, "publish at least one message, not %zd", count);
+        return NULL;
+    }
+    PyObject *future = NULL, *data = NULL, *first_obj = NULL;
+    pub_lock(p);
+    uint64_t first;
+    if (p->clock_obj == NULL) {
+        uint64_t now = ((uint64_t)(now_ns() / 100) + UUID_EPOCH_OFFSET) << 4;
+        first = (now > p->clock ? now : p->clock) + 1;
+        p->clock = first + (uint64_t)count - 1;
+        first_obj = PyLong_FromUnsignedLongLong(first);
+    }
+    else {
+        first_obj = PyObject_CallMethodOneArg(p->clock_obj, P.str_advance, args[1]);
+    }
+    if (first_obj == NULL) {
+        goto done;
+    }
+    first = PyLong_AsUnsignedLongLong(first_obj);
+    if (first == (uint64_t)-1 && PyErr_Occurred()) {
+        goto done;
+    }
+    data = PyObject_CallOneArg(frame, first_obj);
+    if (data == NULL) {
+        goto done;
+    }
+    PyObject *call_args[3] = {p->client, journal, data};
+    future = PyObject_VectorcallMethod(P.str_append, call_args,
+                                       3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (future == NULL) {
+        goto done;
+    }
+    int known = PyDict_Contains(p->pending, journal);
+    int rc = known < 0 ? -1 : 0;
+    if (known == 0) {
+        /* A reader that never saw this producer in the journal starts it at
+         * (first clock - 1): roll back to that. */
+        PyObject *base = PyDict_GetItemWithError(p->last_commit, journal);
+        PyObject *below = base ? Py_NewRef(base)
+                               : (PyErr_Occurred() ? NULL : PyLong_FromUnsignedLongLong(first - 1));
+        rc = (below == NULL || PyDict_SetItem(p->pending, journal, ack) < 0
+              || PyDict_SetItem(p->txn_base, journal, below) < 0) ? -1 : 0;
+        Py_XDECREF(below);
+    }
+    if (rc < 0) {
+        Py_CLEAR(future);
+    }
+done:
+    PyThread_release_lock(p->lock);
+    Py_XDECREF(first_obj);
+    Py_XDECREF(data);
+    return future;
+}
+
 /* The intents of the open transactions (ACKs, or roll-backs). */
 static PyObject *
 intents(Publisher *p, int rollback)
@@ -622,6 +692,10 @@ static PyMethodDef publisher_methods[] = {
      METH_FASTCALL,
      "publish_uncommitted($self, mapping, msg, /)\n--\n\n"
      "Publish msg as part of this Publisher's open transaction (CONTINUE_TXN)."},
+    {"publish_uncommitted_frames",
+     (PyCFunction)(void (*)(void))publisher_publish_uncommitted_frames, METH_FASTCALL,
+     "publish_uncommitted_frames($self, journal, count, frame, ack, /)\n--\n\n"
+     "Publish count messages the caller framed, stamped from frame(first_clock)."},
     {"build_ack_intents", (PyCFunction)publisher_build_ack_intents, METH_NOARGS,
      "build_ack_intents($self, /)\n--\n\n"
      "ACK intents committing every journal published to uncommitted since the last call."},

@@ -262,3 +262,63 @@ def test_blank_lines_and_values_of_another_type_take_the_exact_path(tmp_path: An
         assert list(zip(table["begin"].to_pylist(), table["s"].to_pylist(),
                         strict=True)) == expected
         assert table["n"].to_pylist() == [0, 1, 2, None, 4, 5]
+
+
+# -- rows back into frames ----------------------------------------------------
+
+
+def test_ndjson_frames_are_json_documents_framed_one_by_one() -> None:
+    """``ndjson_frames`` writes the bytes the NDJSON framing writes for each
+    row as a ``JsonDocument`` stamped with its UUID: for every Arrow type
+    (kernels for integers, booleans and strings, orjson for the others),
+    strings that need escaping, nulls, NaN and infinities."""
+    import datetime
+    import random
+
+    import pyarrow as pa
+
+    from framing import framing_by_content_type
+    from message import Flags, build_uuid
+    from message.arrow import ndjson_frames
+    from message.columns import uuid_strings
+
+    rnd = random.Random(7)
+    alphabet = ["a", '"', "\\", "\x00", "\x1f", "\x7f", "é", "\u2028", "😀", " ", "\n"]
+
+    def text() -> str | None:
+        return "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 6))) \
+            if rnd.random() > 0.2 else None
+
+    n = 600
+    t0 = datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
+    batch = pa.record_batch({
+        "i": pa.array([rnd.choice([None, rnd.randint(-2**63, 2**63 - 1)]) for _ in range(n)],
+                      pa.int64()),
+        "u8": pa.array([rnd.randint(0, 255) for _ in range(n)], pa.uint8()),
+        "b": pa.array([rnd.choice([None, True, False]) for _ in range(n)]),
+        "s": pa.array([text() for _ in range(n)]),
+        "ls": pa.array([text() for _ in range(n)], pa.large_string()),
+        "f": pa.array([rnd.choice([None, 1.0, 0.1, 1e20, -0.0, float("nan"), float("inf"),
+                                   rnd.random()]) for _ in range(n)]),
+        "t": pa.array([t0 + datetime.timedelta(microseconds=rnd.randint(0, 10**12))
+                       for _ in range(n)], pa.timestamp("us", tz="UTC")),
+        "l": pa.array([rnd.choice([[1, 2], [], None]) for _ in range(n)]),
+        "st": pa.array([{"x": 1, "y": 'q"'}] * n),
+        'a "key"': pa.array(range(n)),
+    })
+    producer = bytes.fromhex("0a0b0c0d0e0f")
+    ndjson = framing_by_content_type("application/x-ndjson")
+    expected = b"".join(
+        ndjson.marshal(JsonDocument({**row, "_meta": {
+            "uuid": build_uuid(producer, 1000 + i, Flags.CONTINUE_TXN)}}))
+        for i, row in enumerate(batch.to_pylist()))
+    uuids = uuid_strings(producer, 1000, n, Flags.CONTINUE_TXN)
+    assert ndjson_frames(batch, uuids) == expected
+    deep = ndjson_frames(batch.slice(5, 3), uuids[:108], ("a", "b", "c"))
+    assert deep is not None
+    assert [orjson.loads(line)["a"]["b"]["c"] for line in deep.splitlines()] == \
+        [uuids[i:i + 36].decode() for i in range(0, 108, 36)]
+    assert ndjson_frames(batch.slice(0, 0), b"") == b""
+    assert ndjson_frames(batch, uuids, ("s", "uuid")) is None  # the UUID would go inside "s"
+    with pytest.raises(ValueError, match="bytes of UUIDs"):
+        ndjson_frames(batch, uuids[:-1])

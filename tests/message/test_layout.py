@@ -38,6 +38,21 @@ def test_numpy_forms_equal_the_scalar_ones(rows: list[tuple[bytes, int, int]]) -
     assert layout.producers_of(lo).tolist() == [int.from_bytes(p, "big") for p, _, _ in rows]
 
 
+@given(producers, st.integers(0, 2**64 - 300), st.integers(0, 200), flags)
+def test_uuids_of_a_clock_range_are_build_uuids(p: bytes, first: int, n: int, f: int) -> None:
+    """``layout.halves_of`` and ``message.columns.uuid_strings``: the UUIDs of
+    consecutive clocks, as a Publisher stamps them one by one."""
+    np = pytest.importorskip("numpy")
+    from message.columns import uuid_strings
+
+    expected = [build_uuid(p, c, f) for c in range(first, first + n)]
+    hi, lo = layout.halves_of(int.from_bytes(p, "big"), np.arange(first, first + n,
+                                                                dtype=np.uint64), f)
+    assert [(int(h) << 64) | int(low) for h, low in zip(hi, lo, strict=True)] == \
+        [u.int for u in expected]
+    assert uuid_strings(p, first, n, f) == "".join(map(str, expected)).encode()
+
+
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 40)), max_size=60))
 def test_numpy_outside_commit_rule_equals_the_scalar_one(rows: list[tuple[int, int]]) -> None:
     """outside_commits_grouped is outside_commits applied producer by producer."""

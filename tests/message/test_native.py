@@ -57,6 +57,7 @@ from message import (
     new_clock,
 )
 from message._sequencer import Sequencer as PySequencer
+from message.columns import uuid_strings
 from tests.strategies import Workload, chaos_workloads, workloads
 
 J = "odd/part-0"
@@ -641,10 +642,21 @@ def test_without_the_native_core_python_runs_with_one_warning() -> None:
 # -- the Publisher ------------------------------------------------------------
 
 
+def _frames(producer: bytes, n: int, count: int) -> Any:
+    """A frame function for publish_uncommitted_frames: ``count`` documents."""
+
+    def frame(first: int) -> bytes:
+        uuids = uuid_strings(producer, first, count, Flags.CONTINUE_TXN)
+        return b"".join(b'{"n":%d,"i":%d,"_meta":{"uuid":"%s"}}\n'
+                        % (n, i, uuids[36 * i:36 * i + 36]) for i in range(count))
+
+    return frame
+
+
 @needs_c
 @settings(max_examples=40, deadline=None)
 @given(ops=st.lists(st.tuples(st.sampled_from(["committed", "uncommitted", "ack", "rollback",
-                                                "bad"]),
+                                                "bad", "frames"]),
                               st.integers(0, 2)), max_size=40),
        own_clock=st.booleans())
 def test_publishers_write_the_same_frames(ops: list[tuple[str, int]], own_clock: bool) -> None:
@@ -670,6 +682,10 @@ def test_publishers_write_the_same_frames(ops: list[tuple[str, int]], own_clock:
                     log.append(("result", publish(to, JsonDocument(n=n)).result()))
                 elif op == "bad":
                     log.append(("result", pub.publish_committed(to, JsonDocument(_meta=7))))
+                elif op == "frames":
+                    log.append(("result", pub.publish_uncommitted_frames(
+                        journals[j], j + 1, _frames(pub.producer_id, n, j + 1),
+                        JsonDocument()).result()))
                 else:
                     intents = (pub.build_ack_intents() if op == "ack"
                                else pub.build_rollback_intents())

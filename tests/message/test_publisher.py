@@ -167,6 +167,80 @@ def test_publish_uncommitted_and_ack_intents(client) -> None:
     ]
 
 
+def _doc_frames(producer: bytes, values: list[str]):
+    """publish_uncommitted_frames' frame function for Docs of ``values``."""
+    from message.columns import uuid_strings
+
+    def frame(first: int) -> bytes:
+        uuids = uuid_strings(producer, first, len(values), Flags.CONTINUE_TXN).decode()
+        return b"".join(
+            b'{"s":"%s","uuid":"%s"}\n' % (v.encode(), uuids[36 * i:36 * i + 36].encode())
+            for i, v in enumerate(values))
+
+    return frame
+
+
+def doc_lines(client, journal: str) -> list[Doc]:
+    import orjson
+
+    with client.read(journal) as r:
+        data = r.read()
+    return [Doc(d.get("s", ""), uuid.UUID(d["uuid"])) for d in map(orjson.loads, data.splitlines())]
+
+
+def test_frames_framed_by_the_caller_join_the_transaction(client) -> None:
+    """publish_uncommitted_frames takes consecutive clocks, as as many
+    publishes would, appends the caller's frames in one append, and joins
+    the journal to the open transaction: its ACK and roll-back intents are
+    those of messages published one by one."""
+    clock = Clock(100)
+    pub = Publisher(client, clock)
+    p = pub.producer_id
+    pub.publish_uncommitted(to("journal/one"), Doc("before"))
+    first = pub.publish_uncommitted_frames("journal/two", 3, _doc_frames(p, ["a", "b", "c"]),
+                                           Doc()).result()
+    assert isinstance(first, AppendResult) and clock.value == 104
+    pub.publish_uncommitted_frames("journal/one", 1, _doc_frames(p, ["d"]), Doc()).result()
+    intents = pub.build_ack_intents()
+    assert [i.journal for i in intents] == ["journal/one", "journal/two"]
+    for i in intents:
+        client.append(i.journal, i.intent).result()
+    assert doc_lines(client, "journal/two") == [
+        Doc("a", build_uuid(p, 102, Flags.CONTINUE_TXN)),
+        Doc("b", build_uuid(p, 103, Flags.CONTINUE_TXN)),
+        Doc("c", build_uuid(p, 104, Flags.CONTINUE_TXN)),
+        Doc("", build_uuid(p, 107, Flags.ACK_TXN)),
+    ]
+    committed = [e.message.s for e in ReadCommittedIter(client, "journal/two", lambda _s: Doc())]
+    assert committed == ["a", "b", "c", ""]
+
+    # A roll-back carries the clock before the journal's first frame.
+    pub.publish_uncommitted_frames("journal/three", 2, _doc_frames(p, ["x", "y"]), Doc())
+    (rollback,) = pub.build_rollback_intents()
+    client.append(rollback.journal, rollback.intent).result()
+    assert doc_lines(client, "journal/three")[-1] == Doc("", build_uuid(p, 107, Flags.ACK_TXN))
+    assert [e.message.s for e in
+            ReadCommittedIter(client, "journal/three", lambda _s: Doc())] == []
+
+    with pytest.raises(ValueError, match="at least one"):
+        pub.publish_uncommitted_frames("journal/one", 0, _doc_frames(p, []), Doc())
+    assert not pub.has_open_transaction
+
+
+def test_frames_with_the_publishers_own_clock_follow_wall_time(client) -> None:
+    import time
+
+    from message import new_clock
+
+    before = new_clock(time.time_ns())
+    pub = Publisher(client)
+    pub.publish_uncommitted_frames("a/journal", 2, _doc_frames(pub.producer_id, ["a", "b"]),
+                                   Doc()).result()
+    pub.publish_uncommitted(to("a/journal"), Doc("c")).result()
+    clocks = [get_clock(d.uuid) for d in doc_lines(client, "a/journal")]
+    assert before < clocks[0] and clocks[1] == clocks[0] + 1 and clocks[2] > clocks[1]
+
+
 def test_own_clock_follows_wall_time(client) -> None:
     """Without a clock, the Publisher's clock tracks the wall clock."""
     import time

@@ -114,6 +114,13 @@ def test_clock() -> None:
     assert clock.tick() == 2
     assert clock.value == 2
 
+    # advance(n) passes n values at once and returns the first of them.
+    assert clock.advance(3) == 3 and clock.value == 5
+    assert clock.advance(1) == 6 == clock.value
+    with pytest.raises(ValueError, match="at least 1"):
+        clock.advance(0)
+    clock = Clock(2)
+
     clock.update(unix_ns(12, 300))
 
     # Clock representation is precise to 100 ns.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import signal
 import subprocess
 import sys
@@ -29,6 +30,7 @@ from message import (
     ReadCommittedIter,
     ReadUncommittedIter,
     build_uuid,
+    get_clock,
     get_flags,
     proto_message_type,
 )
@@ -274,6 +276,46 @@ def test_write_is_invisible_until_the_driver_commits(tmp_path: Path) -> None:
         assert store.list(f"prefix={INTENTS}") == []
 
 
+class _Recording(MemoryJournalClient):
+    """A memory store that remembers the journals created and appended to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, str]] = []
+
+    def create(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append(("create", name))
+        return super().create(name, *args, **kwargs)
+
+    def append(self, name: str, data: bytes) -> Any:
+        self.calls.append(("append", name))
+        return super().append(name, data)
+
+
+def test_a_commit_to_one_journal_is_one_append_and_needs_no_log() -> None:
+    """The intents of a job that wrote one journal go in one (atomic) append,
+    with no intent log; intents to several journals are logged first."""
+    with _Recording() as store:
+        for j in ("out/0", "out/1"):
+            store.create(j, {**NDJSON, "app": "out"})
+        one = Target("unused", journal="out/0")
+        done = [publish_rows(one, batches(5), store), publish_rows(one, batches(5, 5), store)]
+        store.calls.clear()
+        assert commit_job(store, done) == 2
+        assert store.calls == [("append", "out/0")]
+        assert committed_ns(store, "out/0") == list(range(10))
+
+        spread = Target("unused", selector="app=out", key="k")
+        done = [publish_rows(spread, batches(20, 100), store)]
+        store.calls.clear()
+        assert commit_job(store, done) == 2
+        logged = [name for call, name in store.calls if call == "create"]
+        assert len(logged) == 1 and logged[0].startswith(INTENTS)
+        assert sorted(committed_ns(store, "out/0") + committed_ns(store, "out/1")) == \
+            list(range(10)) + list(range(100, 120))
+        assert store.list(f"prefix={INTENTS}") == []
+
+
 def test_failed_task_rolls_back_its_own_rows(tmp_path: Path) -> None:
     """A task that raises writes roll-back ACKs before re-raising: no open transaction."""
     root = str(tmp_path)
@@ -292,6 +334,86 @@ def test_failed_task_rolls_back_its_own_rows(tmp_path: Path) -> None:
         it = ReadCommittedIter(store, "out", lambda _s: JsonDocument())
         assert [e for e in it if get_flags(e.message.get_uuid()) != Flags.ACK_TXN] == []
         assert not it.sequencer.has_pending({})
+
+
+_TEXT = st.text(alphabet=st.sampled_from(list('ab"\\\x00\x1f\x7fé\u2028😀 \n/')), max_size=6)
+_VALUES = {
+    "n": st.integers(-(2**63), 2**63 - 1),
+    "s": _TEXT,
+    "f": st.floats(allow_nan=True, allow_infinity=True),
+    "b": st.booleans(),
+}
+_UUID_TEXT = re.compile(rb'"uuid":"[0-9a-f-]{36}"')
+
+
+def _lines_without_uuids(store: Any, journal: str) -> tuple[list[bytes], list[int]]:
+    """The frames of ``journal`` with their UUIDs taken out, and the flags
+    and clocks of those UUIDs."""
+    with store.read(journal) as r:
+        data = r.read()
+    docs = [orjson.loads(line) for line in data.splitlines()]
+    clocks = [get_clock(uuid.UUID(d["_meta"]["uuid"])) for d in docs]
+    flags = {get_flags(uuid.UUID(d["_meta"]["uuid"])) for d in docs}
+    assert flags <= {Flags.CONTINUE_TXN, Flags.ACK_TXN}
+    return [_UUID_TEXT.sub(b"<uuid>", line) for line in data.splitlines()], clocks
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.lists(st.fixed_dictionaries({k: st.one_of(st.none(), v)
+                                            for k, v in _VALUES.items()}), max_size=60),
+       cut=st.integers(1, 20), mapping=st.sampled_from(["journal", "modulo", "rendezvous"]))
+def test_bulk_and_row_by_row_writes_frame_the_same_bytes(
+    rows: list[dict[str, Any]], cut: int, mapping: str
+) -> None:
+    """The bulk write path (batches framed by Arrow's kernels, appended a
+    journal at a time) and the reference path (a message per row) send
+    each row to the same journal, as the same bytes but for the UUID, with
+    increasing clocks; committed, each journal holds the same rows."""
+    schema = pa.schema([("n", pa.int64()), ("s", pa.string()), ("f", pa.float64()),
+                        ("b", pa.bool_())])
+    parts = [pa.RecordBatch.from_pylist(rows[i:i + cut], schema=schema)
+             for i in range(0, len(rows), cut)] or [pa.RecordBatch.from_pylist([], schema=schema)]
+    journals = [f"out/{i}" for i in range(3)]
+    seen = []
+    for bulk in (False, True):
+        with MemoryJournalClient() as store:
+            for j in journals:
+                store.create(j, {**NDJSON, "app": "out"})
+            target = (Target("unused", journal=journals[0]) if mapping == "journal" else
+                      Target("unused", selector="app=out", key="s", mapping=mapping))
+            result = publish_rows(target, parts, store, bulk=bulk)
+            assert result.rows == len(rows)
+            written = {j: _lines_without_uuids(store, j) for j in journals}
+            for _lines, clocks in written.values():
+                assert clocks == sorted(clocks) and len(set(clocks)) == len(clocks)
+            commit_job(store, [result])
+            committed = {j: [e.message for e in
+                             ReadCommittedIter(store, j, lambda _s: JsonDocument())
+                             if get_flags(e.message.get_uuid()) != Flags.ACK_TXN]
+                         for j in journals}
+            seen.append(({j: w[0] for j, w in written.items()}, committed))
+    assert seen[0][0] == seen[1][0]
+
+    def content(committed: dict[str, list[JsonDocument]]) -> dict[str, list[dict[str, Any]]]:
+        return {j: [{k: v for k, v in d.items() if k != "_meta"} for d in docs]
+                for j, docs in committed.items()}
+
+    assert content(seen[0][1]) == content(seen[1][1])
+    assert sum(len(docs) for docs in seen[1][1].values()) == len(rows)
+
+
+def test_a_column_named_like_the_uuid_path_is_written_row_by_row(tmp_path: Path) -> None:
+    """A ``_meta`` column: the UUID goes inside its value, as JsonDocument
+    puts it (the bulk path leaves such rows to the reference)."""
+    with MemoryJournalClient() as store:
+        store.create("out", NDJSON)
+        rows = [{"n": 1, "_meta": {"who": "x"}}, {"n": 2, "_meta": None}]
+        result = publish_rows(Target("unused", journal="out"), [pa.RecordBatch.from_pylist(rows)],
+                              store, bulk=True)
+        commit_job(store, [result])
+        docs = [e.message for e in ReadCommittedIter(store, "out", lambda _s: JsonDocument())
+                if get_flags(e.message.get_uuid()) != Flags.ACK_TXN]
+        assert [(d["n"], d["_meta"].get("who")) for d in docs] == [(1, "x"), (2, None)]
 
 
 _KILLED_ATTEMPT = """

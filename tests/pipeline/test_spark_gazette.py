@@ -164,6 +164,27 @@ def test_write_through_brokers_exactly_once_when_first_attempts_fail(
     assert [j for j in jobs if not j.rsplit("/", 1)[-1].startswith("sink-")] == []
 
 
+def test_a_write_creates_its_journal_with_the_replication_asked_for(
+    spark: Any, gazette_cluster: Any, gazette_prefix: str, client: GazetteClient, tmp_path: Path
+) -> None:
+    """``replication`` sets how many brokers hold a journal the write creates;
+    a bad value, or the option on the embedded store, is one clear error."""
+    name = f"{gazette_prefix}one-copy"
+    df = spark.range(0, 300, numPartitions=2).selectExpr("id as n", "concat('s', id) as s")
+    (df.write.format("journal").option("broker", gazette_cluster.address)
+     .option("journal", name).option("replication", "1").mode("append").save())
+    out = gazette_cluster.gazctl("journals", "list", "-l", f"name={name}", "--format", "yaml")
+    assert "replication: 1" in out.stdout.decode()
+    assert sorted((d["n"], d["s"]) for d in committed(client, name)) == \
+        [(n, f"s{n}") for n in range(300)]
+    for where, value, error in [("broker", "0", "at least 1"), ("broker", "two", "at least 1"),
+                                ("root", "1", "Gazette cluster")]:
+        at = gazette_cluster.address if where == "broker" else str(tmp_path)
+        with pytest.raises(Exception, match=error):
+            (df.write.format("journal").option(where, at).option("journal", f"{name}-{value}")
+             .option("replication", value).mode("append").save())
+
+
 def test_a_write_job_that_fails_through_brokers_leaves_nothing(
     spark: Any, gazette_cluster: Any, gazette_prefix: str, client: GazetteClient
 ) -> None:
