@@ -57,7 +57,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Self
 
 import numpy as np
+import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from framing import (
@@ -443,9 +445,6 @@ def ndjson_frames(
     would nest its UUID in that column's value: frame those rows one by
     one).
     """
-    import orjson
-    import pyarrow.compute as pc
-
     n = batch.num_rows
     if not uuid_path or uuid_path[0] in batch.schema.names:
         return None
@@ -470,9 +469,6 @@ def ndjson_frames(
 
 def _json_texts(column: pa.Array) -> pa.Array:
     """Each value of ``column`` as JSON text (as ``orjson.dumps`` writes it)."""
-    import orjson
-    import pyarrow.compute as pc
-
     typ = column.type
     if pa.types.is_integer(typ) or pa.types.is_boolean(typ):
         texts = pc.cast(column, pa.string())

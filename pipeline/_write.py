@@ -164,6 +164,8 @@ class Target:
             text = _key_text(value)
             journal = memo.get(text)
             if journal is None:
+                if len(memo) >= _MEMO_KEYS:
+                    memo.clear()  # keys all different: memory stays bounded
                 journal = memo[text] = by_text(text)[0]
             return journal
 
@@ -179,6 +181,10 @@ def _key_func(content_type: str, names: list[str], key: str) -> Callable[[Any], 
         pos = 1 + names.index(key)
         return lambda rec: rec[pos]
     return lambda msg: _key_text(getattr(msg.pb, key))
+
+
+#: The keys whose journal a write task remembers.
+_MEMO_KEYS: Final = 1 << 16
 
 
 def _same_text(text: Any) -> str | bytes:
