@@ -11,10 +11,12 @@ from pyspark.sql import SparkSession
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``journal`` data source with ``spark``."""
+    """Register the ``journal`` data source with ``spark`` (knowing its
+    default parallelism, by which a read of small journals plans its tasks)."""
     from ._source import JournalDataSource
 
-    spark.dataSource.register(JournalDataSource)
+    spark.dataSource.register(
+        JournalDataSource.for_session(spark.sparkContext.defaultParallelism))
 
 
 def local_session(

@@ -40,13 +40,14 @@ the column ``content_<name>`` (see ``content_columns``).
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import os
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -273,9 +274,23 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
 class JournalDataSource(DataSource):
     """``spark.read.format("journal")`` / ``df.write.format("journal")``."""
 
+    #: The default parallelism of the session the source is registered with
+    #: (see ``for_session``), or None: an ``auto``-split read of journals
+    #: smaller than a split packs them into about that many tasks.
+    parallelism: ClassVar[int | None] = None
+
     @classmethod
     def name(cls) -> str:
         return "journal"
+
+    @classmethod
+    def for_session(cls, parallelism: int) -> type[JournalDataSource]:
+        """The source as registered with a session of ``parallelism`` cores
+        (``pipeline.register``): a class of its own, which Spark pickles by
+        value, so that its planner, in a Python process of its own, knows it."""
+        attrs = {"parallelism": max(1, parallelism), "__module__": cls.__module__,
+                 "__qualname__": f"{cls.__qualname__}.for_session.<locals>.{cls.__name__}"}
+        return type(cls.__name__, (cls,), attrs)
 
     def schema(self) -> str:
         _max_bytes_per_trigger(self.options)  # a bad value fails load(), not a query later
@@ -283,7 +298,7 @@ class JournalDataSource(DataSource):
         return f"{META_DDL}, {ddl}" if ddl else META_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return SparkBatchReader(dict(self.options), schema)
+        return SparkBatchReader(dict(self.options), schema, self.parallelism)
 
     def writer(self, schema: StructType, overwrite: bool) -> SparkBatchWriter:
         return SparkBatchWriter(dict(self.options), schema)
@@ -309,12 +324,38 @@ class _Split(InputPartition):
     bucket: int
     buckets: int
 
+    @property
+    def weight(self) -> float:
+        return self.end / self.buckets
+
+
+@dataclass(frozen=True)
+class _Splits(InputPartition):
+    """A task of a batch read that reads several splits, one after another."""
+
+    splits: tuple[_Split, ...]
+
+
+def _pack(splits: list[_Split], tasks: int) -> list[_Splits]:
+    """``splits`` in ``tasks`` tasks of about equal bytes (the largest first,
+    each to the task with the fewest bytes so far), each task's in order."""
+    bins: list[tuple[float, int]] = [(0.0, i) for i in range(tasks)]
+    members: list[list[_Split]] = [[] for _ in range(tasks)]
+    for split in sorted(splits, key=lambda s: s.weight, reverse=True):
+        load, i = heapq.heappop(bins)
+        members[i].append(split)
+        heapq.heappush(bins, (load + split.weight, i))
+    return [_Splits(tuple(sorted(m, key=lambda s: (s.journal, s.bucket)))) for m in members if m]
+
 
 class SparkBatchReader(DataSourceReader):
     """``spark.read.format("journal")``: plans splits on the driver, reads them in tasks."""
 
-    def __init__(self, options: dict[str, str], schema: StructType) -> None:
+    def __init__(
+        self, options: dict[str, str], schema: StructType, parallelism: int | None = None
+    ) -> None:
         self.options = options
+        self.parallelism = parallelism
         self.where = StoreOptions.of(options)
         self.isolation = options.get("isolation", READ_COMMITTED).lower()
         if self.isolation not in (READ_COMMITTED, READ_UNCOMMITTED):
@@ -328,7 +369,7 @@ class SparkBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         splits = self.options.get("splits_per_journal", "auto")
-        out: list[InputPartition] = []
+        out: list[_Split] = []
         with self.where.open() as store:
             for spec in select_journals(store, self.options):
                 end = store.head(spec.name)
@@ -337,9 +378,19 @@ class SparkBatchReader(DataSourceReader):
                     if splits == "auto" else max(1, int(splits))
                 )
                 out += [_Split(spec.name, end, b, n) for b in range(n)]
-        return out
+        tasks = self.parallelism
+        if (splits == "auto" and tasks is not None and len(out) > tasks
+                and sum(s.weight for s in out) < tasks * SPLIT_BYTES):
+            # Small journals: one wave of tasks, one a core, as Spark's file
+            # sources pack small files (a Python task costs more to start).
+            return _pack(out, tasks)
+        return list(out)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, _Splits):
+            for split in partition.splits:
+                yield from self.read(split)
+            return
         if not isinstance(partition, _Split):
             return  # no journal matched: Spark still runs one (empty) partition
         with self.where.open() as store:

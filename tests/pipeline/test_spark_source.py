@@ -86,6 +86,29 @@ def random_workload(store: LocalJournalStore, rng: random.Random, journals: list
     store.flush()
 
 
+def test_small_journals_are_read_in_one_task_a_core(spark: Any, tmp_path: Path) -> None:
+    """With ``splits_per_journal`` left to ``auto``, journals smaller than a
+    split are packed into as many tasks as the session has cores (two here),
+    each reading whole journals one after another: the same rows, in the
+    same per-journal order, as one task a journal."""
+    journals = ["p/a", "p/b", "p/c", "p/d", "p/e"]
+    with LocalJournalStore(tmp_path) as store:
+        random_workload(store, random.Random(11), journals)
+        want = [
+            (j, e.begin, str(e.message.get_uuid()), e.message.get("n"))
+            for j in journals
+            for e in ReadCommittedIter(store, j, lambda _s: JsonDocument())
+            if get_flags(e.message.get_uuid()) != Flags.ACK_TXN
+        ]
+    assert spark.sparkContext.defaultParallelism == 2
+    df = reader(spark, tmp_path, selector="app=w", schema="n long")
+    assert df.rdd.getNumPartitions() == 2
+    rows = df.orderBy("journal", "commit_offset", "begin").collect()
+    assert [(r.journal, r.begin, r.uuid, r.n) for r in rows] == want
+    assert reader(spark, tmp_path, selector="app=w", schema="n long",
+                  splits_per_journal="1").rdd.getNumPartitions() == 5
+
+
 def test_read_committed_equals_read_committed_iter(spark: Any, tmp_path: Path) -> None:
     """Parallel committed rows, in (commit_offset, begin) order, are ReadCommittedIter's."""
     journals = ["w/a", "w/b", "w/c"]
