@@ -76,7 +76,7 @@ from ._interfaces import Message
 from ._reader import ReadUncommittedIter
 from ._sequencer import horizon_units
 from ._types import CSVRecord, document_type, proto_message_type
-from .columns import format_uuid_strings, parse_uuid_strings
+from .columns import format_uuid_strings, line_ends, parse_uuid_strings
 from .layout import (
     ACK_TXN,
     PRODUCER_MASK,
@@ -373,7 +373,7 @@ def _line_windows(reader: Any, size: int) -> Iterator[tuple[int, memoryview]]:
 
 def _line_bounds(data: bytes | memoryview) -> tuple[Array, Array]:
     """Begin and end (relative) of each line of ``data``."""
-    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10).astype(np.int64) + 1
+    ends = line_ends(data)
     begins = np.empty_like(ends)
     if len(ends):
         begins[0] = 0

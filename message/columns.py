@@ -1,4 +1,5 @@
-"""UUID columns as text, in bulk, for columnar readers (the Spark source).
+"""UUID columns as text, and the lines of NDJSON, in bulk, for columnar
+readers (the Spark source, ``message.arrow``).
 
 Each function has its numpy definition here; the native core, when built,
 does the same in one pass, and the test suite runs both (with
@@ -127,6 +128,18 @@ def format_uuid_strings(hi: Array, lo: Array) -> tuple[bytes, bytes]:
     text: Array = np.full((n, 36), ord("-"), dtype=np.uint8)
     text[:, list(_DIGIT_POSITIONS)] = digits
     return text.tobytes(), np.ascontiguousarray(digits[:, 20:]).tobytes()
+
+
+def line_ends(data: Any) -> Array:
+    """The end of each line of ``data`` (any bytes-like object), relative to
+    its start and just past the line's newline, as int64; bytes after the
+    last newline are no line."""
+    import numpy as np
+
+    if NATIVE is not None:
+        ends: Array = np.frombuffer(NATIVE.line_ends(data), dtype=np.int64)
+        return ends
+    return (np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1).astype(np.int64)
 
 
 def uuid_strings(producer: bytes, first_clock: int, count: int, flags: int) -> bytes:

@@ -1,9 +1,27 @@
 /*
  * Part of message/_native.c, which includes the parts in order as one
- * translation unit (their functions stay static): parse_uuids and format_uuids: UUID columns of the Spark source.
+ * translation unit (their functions stay static): parse_uuids and
+ * format_uuids, UUID columns of the Spark source and message.arrow; line_ends,
+ * the lines of an NDJSON window of message.arrow.
  */
 
 /* -- parse_uuids --------------------------------------------------------- */
+
+/* The value of 4 (8) hex digits at p; a byte that is no hex digit ORs a
+ * negative value into *bad. */
+static inline uint32_t
+hex4(const unsigned char *p, int *bad)
+{
+    int a = HEX[p[0]], b = HEX[p[1]], c = HEX[p[2]], d = HEX[p[3]];
+    *bad |= a | b | c | d;
+    return (uint32_t)(((a & 0xF) << 12) | ((b & 0xF) << 8) | ((c & 0xF) << 4) | (d & 0xF));
+}
+
+static inline uint32_t
+hex8(const unsigned char *p, int *bad)
+{
+    return (hex4(p, bad) << 16) | hex4(p + 4, bad);
+}
 
 /* parse_uuids(data, offsets, hi, lo) -> list of rows not parsed
  *
@@ -31,28 +49,19 @@ parse_uuids(PyObject *module, PyObject *args)
     const int32_t *off = (const int32_t *)offsets.buf;
     const unsigned char *chars = (const unsigned char *)data.buf;
     uint64_t *h = (uint64_t *)hi.buf, *l = (uint64_t *)lo.buf;
-    static const unsigned char pos[32] = {
-        0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 14, 15, 16, 17,
-        19, 20, 21, 22, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35};
     for (Py_ssize_t i = 0; i < n; i++) {
         int32_t b = off[i], e = off[i + 1];
         int ok = e - b == 36 && b >= 0 && e <= data.len;
         if (ok) {
             const unsigned char *p = chars + b;
-            ok = p[8] == '-' && p[13] == '-' && p[18] == '-' && p[23] == '-';
-            uint64_t vh = 0, vl = 0;
+            /* The groups of 8-4-4-4-12 digits (the last read as 4 and 8); a
+             * byte that is no hex digit makes `bad` negative. */
             int bad = 0;
-            for (int k = 0; ok && k < 16; k++) {
-                int v = HEX[p[pos[k]]];
-                bad |= v;
-                vh = (vh << 4) | (uint64_t)(v & 0xF);
-            }
-            for (int k = 16; ok && k < 32; k++) {
-                int v = HEX[p[pos[k]]];
-                bad |= v;
-                vl = (vl << 4) | (uint64_t)(v & 0xF);
-            }
-            ok = ok && bad >= 0;
+            uint64_t vh = ((uint64_t)hex8(p, &bad) << 32)
+                          | ((uint64_t)hex4(p + 9, &bad) << 16) | hex4(p + 14, &bad);
+            uint64_t vl = ((uint64_t)hex4(p + 19, &bad) << 48)
+                          | ((uint64_t)hex4(p + 24, &bad) << 32) | hex8(p + 28, &bad);
+            ok = bad >= 0 && p[8] == '-' && p[13] == '-' && p[18] == '-' && p[23] == '-';
             if (ok) {
                 h[i] = vh;
                 l[i] = vl;
@@ -75,6 +84,23 @@ done:
     PyBuffer_Release(&hi);
     PyBuffer_Release(&lo);
     return out;
+}
+
+/* The two lower-case hex digits of each byte value. */
+static const char HEX_PAIRS[513] =
+    "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+    "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f"
+    "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
+    "606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f"
+    "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f"
+    "a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
+    "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
+    "e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
+
+static inline void
+hex_byte(char *out, uint64_t v)
+{
+    memcpy(out, HEX_PAIRS + 2 * (v & 0xFF), 2);
 }
 
 /* format_uuids(hi, lo) -> (uuids, producers)
@@ -100,18 +126,27 @@ format_uuids(PyObject *module, PyObject *args)
     if (producers == NULL) {
         goto done;
     }
-    static const char digits[] = "0123456789abcdef";
     const uint64_t *h = (const uint64_t *)hi.buf, *l = (const uint64_t *)lo.buf;
     char *u = PyBytes_AS_STRING(uuids), *p = PyBytes_AS_STRING(producers);
     for (Py_ssize_t i = 0; i < n; i++, u += 36, p += 12) {
         uint64_t vh = h[i], vl = l[i];
-        int k = 0;
-        for (int d = 0; d < 32; d++) {
-            if (d == 8 || d == 12 || d == 16 || d == 20) {
-                u[k++] = '-';
-            }
-            uint64_t v = d < 16 ? vh >> (60 - 4 * d) : vl >> (60 - 4 * (d - 16));
-            u[k++] = digits[v & 0xF];
+        /* 8-4-4-4-12 digits: bytes 0-3, 4-5, 6-7 of hi, then 0-1, 2-7 of lo. */
+        hex_byte(u + 0, vh >> 56);
+        hex_byte(u + 2, vh >> 48);
+        hex_byte(u + 4, vh >> 40);
+        hex_byte(u + 6, vh >> 32);
+        u[8] = '-';
+        hex_byte(u + 9, vh >> 24);
+        hex_byte(u + 11, vh >> 16);
+        u[13] = '-';
+        hex_byte(u + 14, vh >> 8);
+        hex_byte(u + 16, vh);
+        u[18] = '-';
+        hex_byte(u + 19, vl >> 56);
+        hex_byte(u + 21, vl >> 48);
+        u[23] = '-';
+        for (int k = 0; k < 6; k++) {
+            hex_byte(u + 24 + 2 * k, vl >> (40 - 8 * k));
         }
         memcpy(p, u + 24, 12);
     }
@@ -121,5 +156,47 @@ done:
     Py_XDECREF(producers);
     PyBuffer_Release(&hi);
     PyBuffer_Release(&lo);
+    return out;
+}
+
+/* -- line_ends ------------------------------------------------------------ */
+
+/* line_ends(data) -> bytes
+ *
+ * The end (relative, just past its '\n') of each line of data, as int64
+ * values laid end to end; bytes after the last '\n' are no line. */
+static PyObject *
+line_ends(PyObject *module, PyObject *arg)
+{
+    Py_buffer data;
+    if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    const char *start = (const char *)data.buf, *stop = start + data.len;
+    /* One pass, into a buffer that grows (NDJSON lines are rarely short). */
+    Py_ssize_t n = 0, cap = data.len / 64 + 16;
+    int64_t *ends = PyMem_Malloc((size_t)cap * sizeof(int64_t));
+    if (ends == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (const char *p = start; p < stop && (p = memchr(p, '\n', (size_t)(stop - p))) != NULL;
+         p++) {
+        if (n == cap) {
+            cap *= 2;
+            int64_t *more = PyMem_Realloc(ends, (size_t)cap * sizeof(int64_t));
+            if (more == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            ends = more;
+        }
+        ends[n++] = (int64_t)(p - start) + 1;
+    }
+    out = PyBytes_FromStringAndSize((const char *)ends, n * (Py_ssize_t)sizeof(int64_t));
+done:
+    PyMem_Free(ends);
+    PyBuffer_Release(&data);
     return out;
 }

@@ -33,6 +33,7 @@ from message import (  # noqa: E402
     ReadUncommittedIter,
     Sequencer,
     Transaction,
+    _core,
     get_flags,
 )
 from message.arrow import (  # noqa: E402
@@ -322,3 +323,99 @@ def test_ndjson_frames_are_json_documents_framed_one_by_one() -> None:
     assert ndjson_frames(batch, uuids, ("s", "uuid")) is None  # the UUID would go inside "s"
     with pytest.raises(ValueError, match="bytes of UUIDs"):
         ndjson_frames(batch, uuids[:-1])
+
+
+# -- the native core against the numpy definitions ------------------------------
+
+needs_native = pytest.mark.skipif(_core.NATIVE is None, reason="the native core is not in use")
+
+
+@st.composite
+def _frame_columns(draw: Any) -> tuple[Any, ...]:
+    """Frames as columns (offsets, producers, clocks, flags: duplicates,
+    roll-backs, reused clocks, unknown flags, clock 0), some marked replayed,
+    and producer states before them (some with an open span)."""
+    import numpy as np
+
+    from message._columnar import ProducerColumns
+
+    n = draw(st.integers(0, 60))
+    producers = draw(st.lists(st.integers(0, 5), min_size=n, max_size=n))
+    clocks = draw(st.lists(st.integers(0, 12), min_size=n, max_size=n))
+    flags = draw(st.lists(st.sampled_from([0, 0, 1, 1, 1, 2, 2, 3]), min_size=n, max_size=n))
+    replayed = draw(st.integers(0, n))
+    known = draw(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 12), st.integers(-1, 3)),
+                          max_size=6))
+    states = ProducerColumns.of([(p, a, b if b < 0 else 100 * b) for p, a, b in known])
+    mask = np.zeros(n, dtype=bool)
+    mask[:replayed] = True
+    return (np.arange(n, dtype=np.int64) * 10, np.array(producers, dtype=np.uint64),
+            np.array(clocks, dtype=np.uint64), np.array(flags, dtype=np.int32), states,
+            mask if replayed and draw(st.booleans()) else None)
+
+
+@needs_native
+@settings(max_examples=400, deadline=None)
+@given(_frame_columns())
+def test_native_sequence_columns_is_the_numpy_definition(cols: tuple[Any, ...]) -> None:
+    """The native ``sequence_columns`` gives the numpy definition's commit
+    offsets and producer states, for any frames and states."""
+    import numpy as np
+
+    from message._columnar import numpy_sequence_columns, sequence_columns
+
+    begin, producers, clocks, flags, states, replayed = cols
+    want, want_states = numpy_sequence_columns(begin, producers, clocks, flags, states, replayed)
+    got, got_states = sequence_columns(begin, producers, clocks, flags, states, replayed)
+    assert got.tolist() == want.tolist()
+    for name in ("producers", "last_ack", "begin"):
+        assert np.asarray(getattr(got_states, name)).tolist() == \
+            np.asarray(getattr(want_states, name)).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300), st.lists(st.integers(0, 299), max_size=20))
+def test_line_ends_are_the_newlines(data: bytes, at: list[int]) -> None:
+    """``line_ends`` (native, or numpy with EXACTLY_PURE_PYTHON) is just past
+    each newline, in a bytes object or a slice of a buffer."""
+    from message.columns import line_ends
+
+    raw = bytearray(data)
+    for i in at:
+        if i < len(raw):
+            raw[i] = 10
+    want = [i + 1 for i, c in enumerate(raw) if c == 10]
+    assert line_ends(bytes(raw)).tolist() == want
+    view = memoryview(raw)[1:]
+    assert line_ends(view).tolist() == [i - 1 for i in want if i > 1]
+
+
+@needs_native
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)), max_size=30),
+       st.lists(st.sampled_from(["", "x", "{", "G", "-", "A", "f"]), max_size=30))
+def test_native_uuid_columns_are_the_numpy_definitions(
+    halves: list[tuple[int, int]], spoil: list[str]
+) -> None:
+    """Native UUID formatting and parsing against the numpy definitions:
+    canonical strings (lower and upper case), and ones spoiled here and there."""
+    import numpy as np
+
+    from message import columns
+
+    hi = np.array([h for h, _ in halves], dtype=np.uint64)
+    lo = np.array([v for _, v in halves], dtype=np.uint64)
+    text, producers = _core.NATIVE.format_uuids(hi, lo)
+    assert text == b"".join(str(uuid.UUID(int=(h << 64) | v)).encode() for h, v in halves)
+    assert producers == b"".join(f"{v & (2**48 - 1):012x}".encode() for _, v in halves)
+    strings = [text[i:i + 36].decode() for i in range(0, len(text), 36)]
+    for i, c in enumerate(spoil[: len(strings)]):
+        s = strings[i]
+        strings[i] = s.upper() if c == "A" else s[: i % 36] + c + s[i % 36 + 1:]
+    data = "".join(strings).encode()
+    offsets = np.cumsum([0] + [len(s) for s in strings]).astype(np.int32)
+    h1, l1 = np.zeros(len(strings), np.uint64), np.zeros(len(strings), np.uint64)
+    h2, l2 = np.zeros(len(strings), np.uint64), np.zeros(len(strings), np.uint64)
+    rest = _core.NATIVE.parse_uuids(data, offsets, h1, l1)
+    assert rest == columns._parse_canonical(np.frombuffer(data, np.uint8), offsets, h2, l2)
+    assert h1.tolist() == h2.tolist() and l1.tolist() == l2.tolist()
