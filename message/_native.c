@@ -17,7 +17,7 @@
  * - CommittedReader: an EnvelopeReader feeding a Sequencer (the loop of a
  *   ReadCommittedIter), which asks Python for a replay iterator when the
  *   Sequencer needs one.
- * - parse_uuids, format_uuids, line_ends: columns of the Spark source and of
+ * - parse_uuids, format_uuids, envelope_fields, line_ends: columns of the Spark source and of
  *   message.arrow's NDJSON windows.
  * - sequence_columns: message/_columnar.py's decisions over columns, in one
  *   pass (message.arrow's committed reads).
@@ -97,6 +97,10 @@ static PyMethodDef module_methods[] = {
      "sequence_columns(begin, producers, clocks, flags, replayed, state_producers, "
      "state_last_ack, state_begin, commit): message/_columnar.py's sequence_columns in one "
      "pass; returns the states after, as bytes."},
+    {"envelope_fields", envelope_fields, METH_VARARGS,
+     "envelope_fields(hi, lo, uuids, producers, clocks, flags, micros): format_uuids' "
+     "texts, and the clocks, flags and publish times (microseconds) of UUIDs given as "
+     "64-bit halves, in one pass, into the writable buffers given."},
     {"line_ends", line_ends, METH_O,
      "line_ends(data): the end of each line of data (just past its newline), as int64 "
      "values laid end to end."},

@@ -76,11 +76,10 @@ from ._interfaces import Message
 from ._reader import ReadUncommittedIter
 from ._sequencer import horizon_units
 from ._types import CSVRecord, document_type, proto_message_type
-from .columns import format_uuid_strings, line_ends, parse_uuid_strings
+from .columns import envelope_fields, line_ends, parse_uuid_strings
 from .layout import (
     ACK_TXN,
     PRODUCER_MASK,
-    UUID_EPOCH_OFFSET,
     clocks_of,
     flags_of,
 )
@@ -398,10 +397,28 @@ def _uuid_halves(strings: pa.Array) -> tuple[Array, Array]:
     return parse_uuid_strings(data if data is not None else b"", offsets, valid)
 
 
-def _fixed_width_strings(n: int, width: int, data: bytes) -> pa.Array:
+def _pooled(n: int, dtype: Any) -> tuple[pa.Buffer, Array]:
+    """A buffer for ``n`` values of ``dtype`` in Arrow's memory pool, and a
+    numpy view of it. Columns of batches go there: the pool reuses the pages
+    of batches freed, where memory fresh from the system costs a page fault
+    per 4 KiB written."""
+    buf = pa.allocate_buffer(n * np.dtype(dtype).itemsize)
+    return buf, np.frombuffer(buf, dtype=dtype, count=n)
+
+
+def _take(values: Array, rows: Array) -> Array:
+    """``values[rows]``, in Arrow's memory pool (see :func:`_pooled`)."""
+    _, out = _pooled(len(rows), values.dtype)
+    np.take(values, rows, out=out)
+    return out
+
+
+def _fixed_width_strings(n: int, width: int, data: Any) -> pa.Array:
     """``n`` strings of ``width`` bytes each, laid end to end in ``data``."""
-    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data))
+    buf, offsets = _pooled(n + 1, np.int32)
+    np.multiply(np.arange(n + 1, dtype=np.int32), np.int32(width), out=offsets)
+    values = data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
+    return pa.StringArray.from_buffers(n, buf, values)
 
 
 def envelope_columns(
@@ -410,18 +427,20 @@ def envelope_columns(
     """The envelope columns (:data:`ENVELOPE_FIELDS`) of frames given as
     columns: offsets, UUIDs as uint64 halves, and commit offsets."""
     n = len(begin)
-    uuid_text, producer_text = format_uuid_strings(hi, lo)
-    clocks = clocks_of(hi, lo)
-    times = ((clocks >> np.uint64(4)).astype(np.int64) - UUID_EPOCH_OFFSET) // 10
+    uuid_text, producer_text, clocks, flags, times = envelope_fields(
+        hi, lo, pa.allocate_buffer
+    )
     name = journal.encode()
+    names, chars = _pooled(n * len(name), np.uint8)
+    chars.reshape(n, len(name))[:] = np.frombuffer(name, dtype=np.uint8)
     return [
-        _fixed_width_strings(n, len(name), name * n),
+        _fixed_width_strings(n, len(name), names),
         pa.array(begin, pa.int64()),
         pa.array(end, pa.int64()),
         _fixed_width_strings(n, 36, uuid_text),
         _fixed_width_strings(n, 12, producer_text),
-        pa.array(clocks.astype(np.int64), pa.int64()),
-        pa.array(flags_of(lo), pa.int32()),
+        pa.array(clocks, pa.int64()),
+        pa.array(flags, pa.int32()),
         pa.array(times, pa.timestamp("us", tz="UTC"), mask=clocks == 0),
         pa.array(commit, pa.int64()),
     ]
@@ -526,7 +545,10 @@ class _Source:
                 (lambda e, b, s: None) if quiet else owner.damaged,
             )
         try:
-            for at, data in _line_windows(reader, owner.batch_bytes):
+            # A buffer no larger than the range: a replay's range is small,
+            # and a fresh buffer costs a page fault per 4 KiB touched.
+            size = min(owner.batch_bytes, max(1, stop - start))
+            for at, data in _line_windows(reader, size):
                 w = self._parse(at, data)
                 if w is not None:
                     yield w
@@ -830,8 +852,8 @@ class _ArrowReader:
             rows = rows[np.argsort(commit[rows], kind="stable")]
         if not len(rows):
             return None
-        cols = envelope_columns(name, w.begin[rows], w.end[rows], w.hi[rows], w.lo[rows],
-                                commit[rows])
+        cols = envelope_columns(name, _take(w.begin, rows), _take(w.end, rows), w.hi[rows],
+                                w.lo[rows], _take(commit, rows))
         if self.content.fields:
             all_rows = len(rows) == len(w) and bool((rows[1:] > rows[:-1]).all())
             table = w.content if all_rows else w.content.take(pa.array(rows, pa.int64()))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from ._core import NATIVE
@@ -117,6 +118,13 @@ def format_uuid_strings(hi: Array, lo: Array) -> tuple[bytes, bytes]:
     if NATIVE is not None:
         uuids, producers = NATIVE.format_uuids(hi, lo)
         return bytes(uuids), bytes(producers)
+    return _format_numpy(hi, lo)
+
+
+def _format_numpy(hi: Array, lo: Array) -> tuple[bytes, bytes]:
+    """``format_uuid_strings``, in numpy."""
+    import numpy as np
+
     n = len(hi)
     raw: Array = np.empty((n, 16), dtype=np.uint8)
     raw[:, :8] = hi.astype(">u8").view(np.uint8).reshape(-1, 8)
@@ -128,6 +136,44 @@ def format_uuid_strings(hi: Array, lo: Array) -> tuple[bytes, bytes]:
     text: Array = np.full((n, 36), ord("-"), dtype=np.uint8)
     text[:, list(_DIGIT_POSITIONS)] = digits
     return text.tobytes(), np.ascontiguousarray(digits[:, 20:]).tobytes()
+
+
+def envelope_fields(
+    hi: Array, lo: Array, allocate: Callable[[int], Any] = bytearray
+) -> tuple[Any, Any, Array, Array, Array]:
+    """What the envelope columns of ``message.arrow`` hold of UUIDs given as
+    uint64 halves: their texts (as :func:`format_uuid_strings`), their
+    clocks (int64), flags (int32) and publish times in microseconds since
+    the Unix epoch (int64, floored; meaningless where the clock is 0).
+
+    The native core writes them into buffers from ``allocate`` (a function
+    of a size in bytes giving a writable buffer: ``pyarrow.allocate_buffer``
+    puts them in Arrow's memory pool, which reuses its pages); the numpy
+    definition returns its own."""
+    import numpy as np
+
+    hi = np.ascontiguousarray(hi, dtype=np.uint64)
+    lo = np.ascontiguousarray(lo, dtype=np.uint64)
+    if NATIVE is None:
+        return _envelope_fields_numpy(hi, lo)
+    n = len(hi)
+    uuids, producers, clocks, flags, micros = (allocate(n * w) for w in (36, 12, 8, 4, 8))
+    NATIVE.envelope_fields(hi, lo, uuids, producers, clocks, flags, micros)
+    return (uuids, producers, np.frombuffer(clocks, dtype=np.int64, count=n),
+            np.frombuffer(flags, dtype=np.int32, count=n),
+            np.frombuffer(micros, dtype=np.int64, count=n))
+
+
+def _envelope_fields_numpy(hi: Array, lo: Array) -> tuple[bytes, bytes, Array, Array, Array]:
+    """``envelope_fields``, in numpy (the layout's numpy forms)."""
+    import numpy as np
+
+    from .layout import UUID_EPOCH_OFFSET, clocks_of, flags_of
+
+    uuids, producers = _format_numpy(hi, lo)
+    clocks = clocks_of(hi, lo)
+    micros = ((clocks >> np.uint64(4)).astype(np.int64) - UUID_EPOCH_OFFSET) // 10
+    return uuids, producers, clocks.astype(np.int64), flags_of(lo), micros
 
 
 def line_ends(data: Any) -> Array:

@@ -103,6 +103,30 @@ hex_byte(char *out, uint64_t v)
     memcpy(out, HEX_PAIRS + 2 * (v & 0xFF), 2);
 }
 
+/* The canonical 36-character text of the UUID (hi, lo) into out. */
+static inline void
+format_uuid36(char *u, uint64_t vh, uint64_t vl)
+{
+    /* 8-4-4-4-12 digits: bytes 0-3, 4-5, 6-7 of hi, then 0-1, 2-7 of lo. */
+    hex_byte(u + 0, vh >> 56);
+    hex_byte(u + 2, vh >> 48);
+    hex_byte(u + 4, vh >> 40);
+    hex_byte(u + 6, vh >> 32);
+    u[8] = '-';
+    hex_byte(u + 9, vh >> 24);
+    hex_byte(u + 11, vh >> 16);
+    u[13] = '-';
+    hex_byte(u + 14, vh >> 8);
+    hex_byte(u + 16, vh);
+    u[18] = '-';
+    hex_byte(u + 19, vl >> 56);
+    hex_byte(u + 21, vl >> 48);
+    u[23] = '-';
+    for (int k = 0; k < 6; k++) {
+        hex_byte(u + 24 + 2 * k, vl >> (40 - 8 * k));
+    }
+}
+
 /* format_uuids(hi, lo) -> (uuids, producers)
  *
  * For n UUIDs given as uint64 halves: their canonical strings, 36 bytes
@@ -130,30 +154,65 @@ format_uuids(PyObject *module, PyObject *args)
     char *u = PyBytes_AS_STRING(uuids), *p = PyBytes_AS_STRING(producers);
     for (Py_ssize_t i = 0; i < n; i++, u += 36, p += 12) {
         uint64_t vh = h[i], vl = l[i];
-        /* 8-4-4-4-12 digits: bytes 0-3, 4-5, 6-7 of hi, then 0-1, 2-7 of lo. */
-        hex_byte(u + 0, vh >> 56);
-        hex_byte(u + 2, vh >> 48);
-        hex_byte(u + 4, vh >> 40);
-        hex_byte(u + 6, vh >> 32);
-        u[8] = '-';
-        hex_byte(u + 9, vh >> 24);
-        hex_byte(u + 11, vh >> 16);
-        u[13] = '-';
-        hex_byte(u + 14, vh >> 8);
-        hex_byte(u + 16, vh);
-        u[18] = '-';
-        hex_byte(u + 19, vl >> 56);
-        hex_byte(u + 21, vl >> 48);
-        u[23] = '-';
-        for (int k = 0; k < 6; k++) {
-            hex_byte(u + 24 + 2 * k, vl >> (40 - 8 * k));
-        }
+        format_uuid36(u, vh, vl);
         memcpy(p, u + 24, 12);
     }
     out = PyTuple_Pack(2, uuids, producers);
 done:
     Py_XDECREF(uuids);
     Py_XDECREF(producers);
+    PyBuffer_Release(&hi);
+    PyBuffer_Release(&lo);
+    return out;
+}
+
+/* envelope_fields(hi, lo, uuids, producers, clocks, flags, micros)
+ *
+ * What message.arrow's envelope columns hold of n UUIDs given as uint64
+ * halves, in one pass, written into the five writable buffers given (the
+ * caller's memory: Arrow's pool, say): format_uuids' two texts, and, as
+ * values laid end to end, the clocks (int64), the flags (int32) and the
+ * publish times in microseconds since the Unix epoch (int64, floored;
+ * meaningless where the clock is 0). */
+static PyObject *
+envelope_fields(PyObject *module, PyObject *args)
+{
+    Py_buffer hi, lo, o[5];
+    if (!PyArg_ParseTuple(args, "y*y*w*w*w*w*w*:envelope_fields", &hi, &lo, &o[0], &o[1],
+                          &o[2], &o[3], &o[4])) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    Py_ssize_t n = hi.len / (Py_ssize_t)sizeof(uint64_t);
+    static const Py_ssize_t width[5] = {36, 12, 8, 4, 8};
+    int ok = lo.len == hi.len;
+    for (int k = 0; k < 5; k++) {
+        ok = ok && o[k].len >= n * width[k];
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "envelope_fields: buffer sizes do not match");
+        goto done;
+    }
+    const uint64_t *h = (const uint64_t *)hi.buf, *l = (const uint64_t *)lo.buf;
+    char *u = o[0].buf, *p = o[1].buf;
+    int64_t *clocks = o[2].buf;
+    int32_t *flags = o[3].buf;
+    int64_t *micros = o[4].buf;
+    for (Py_ssize_t i = 0; i < n; i++, u += 36, p += 12) {
+        format_uuid36(u, h[i], l[i]);
+        memcpy(p, u + 24, 12);
+        uint64_t c = clock_of(h[i], l[i]);
+        clocks[i] = (int64_t)c;
+        flags[i] = (int32_t)flags_of(l[i]);
+        /* 100 ns units since the UUID epoch, to floored microseconds since 1970. */
+        int64_t t = (int64_t)(c >> 4) - (int64_t)UUID_EPOCH_OFFSET;
+        micros[i] = t >= 0 ? t / 10 : -((-t + 9) / 10);
+    }
+    out = Py_NewRef(Py_None);
+done:
+    for (int k = 0; k < 5; k++) {
+        PyBuffer_Release(&o[k]);
+    }
     PyBuffer_Release(&hi);
     PyBuffer_Release(&lo);
     return out;

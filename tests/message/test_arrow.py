@@ -392,13 +392,15 @@ def test_line_ends_are_the_newlines(data: bytes, at: list[int]) -> None:
 
 @needs_native
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)), max_size=30),
+@given(st.lists(st.tuples(st.one_of(st.integers(0, 2**64 - 1), st.integers(0, 2**20)),
+                          st.integers(0, 2**64 - 1)), max_size=30),
        st.lists(st.sampled_from(["", "x", "{", "G", "-", "A", "f"]), max_size=30))
 def test_native_uuid_columns_are_the_numpy_definitions(
     halves: list[tuple[int, int]], spoil: list[str]
 ) -> None:
-    """Native UUID formatting and parsing against the numpy definitions:
-    canonical strings (lower and upper case), and ones spoiled here and there."""
+    """Native UUID formatting, envelope fields (clocks, flags, publish times,
+    before 1970 too) and parsing against the numpy definitions: canonical
+    strings (lower and upper case), and ones spoiled here and there."""
     import numpy as np
 
     from message import columns
@@ -408,6 +410,11 @@ def test_native_uuid_columns_are_the_numpy_definitions(
     text, producers = _core.NATIVE.format_uuids(hi, lo)
     assert text == b"".join(str(uuid.UUID(int=(h << 64) | v)).encode() for h, v in halves)
     assert producers == b"".join(f"{v & (2**48 - 1):012x}".encode() for _, v in halves)
+    native = columns.envelope_fields(hi, lo, pa.allocate_buffer)
+    numpy_fields = columns._envelope_fields_numpy(hi, lo)
+    assert [bytes(t) for t in native[:2]] == list(numpy_fields[:2]) == [text, producers]
+    for got, want in zip(native[2:], numpy_fields[2:], strict=True):
+        assert got.dtype == want.dtype and got.tolist() == want.tolist()
     strings = [text[i:i + 36].decode() for i in range(0, len(text), 36)]
     for i, c in enumerate(spoil[: len(strings)]):
         s = strings[i]
