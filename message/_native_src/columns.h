@@ -7,6 +7,71 @@
 
 /* -- parse_uuids --------------------------------------------------------- */
 
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define HEX_SWAR 1
+#endif
+
+#ifdef HEX_SWAR
+/* The value of the 8 hex digits (either case) held in x, the first in its
+ * low byte, as one integer; 0 if any byte is no hex digit. All 8 at once in
+ * a 64-bit word: each byte's range is tested by an addition that sets its
+ * high bit (no byte carries into the next, as none is above 0x7F). */
+static inline int
+hex8_word(uint64_t x, uint32_t *out)
+{
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    if (x & high) {
+        return 0;
+    }
+    uint64_t lower = x | (0x20 * ones); /* 'A'-'F' as 'a'-'f'; digits unchanged */
+    uint64_t digit = (x + (0x80 - '0') * ones) & ~(x + (0x7F - '9') * ones);
+    uint64_t alpha = (lower + (0x80 - 'a') * ones) & ~(lower + (0x7F - 'f') * ones);
+    if (((digit | alpha) & high) != high) {
+        return 0;
+    }
+    /* Each byte's value: its low nibble, plus 9 for a letter. */
+    uint64_t v = (x & (0x0F * ones)) + ((alpha & high) >> 7) * 9;
+    /* Two nibbles to a byte, then the four bytes together, first highest. */
+    v = ((v << 4) | (v >> 8)) & 0x00FF00FF00FF00FFULL;
+    v = (v | (v >> 8)) & 0x0000FFFF0000FFFFULL;
+    v = (v | (v >> 16)) & 0xFFFFFFFFULL;
+    *out = __builtin_bswap32((uint32_t)v);
+    return 1;
+}
+
+static inline uint64_t
+load8(const unsigned char *p)
+{
+    uint64_t x;
+    memcpy(&x, p, 8);
+    return x;
+}
+
+/* The 8 bytes of the two groups of 4 at p and q, as one word. */
+static inline uint64_t
+load4_4(const unsigned char *p, const unsigned char *q)
+{
+    uint32_t a, b;
+    memcpy(&a, p, 4);
+    memcpy(&b, q, 4);
+    return (uint64_t)a | ((uint64_t)b << 32);
+}
+
+/* The canonical 8-4-4-4-12 text at p as halves; 0 if it is not one. */
+static inline int
+parse_canonical36(const unsigned char *p, uint64_t *hi, uint64_t *lo)
+{
+    uint32_t a, b, c, d;
+    if (p[8] != '-' || p[13] != '-' || p[18] != '-' || p[23] != '-'
+        || !hex8_word(load8(p), &a) || !hex8_word(load4_4(p + 9, p + 14), &b)
+        || !hex8_word(load4_4(p + 19, p + 24), &c) || !hex8_word(load8(p + 28), &d)) {
+        return 0;
+    }
+    *hi = ((uint64_t)a << 32) | b;
+    *lo = ((uint64_t)c << 32) | d;
+    return 1;
+}
+#else
 /* The value of 4 (8) hex digits at p; a byte that is no hex digit ORs a
  * negative value into *bad. */
 static inline uint32_t
@@ -22,6 +87,24 @@ hex8(const unsigned char *p, int *bad)
 {
     return (hex4(p, bad) << 16) | hex4(p + 4, bad);
 }
+
+/* The canonical 8-4-4-4-12 text at p as halves; 0 if it is not one. */
+static inline int
+parse_canonical36(const unsigned char *p, uint64_t *hi, uint64_t *lo)
+{
+    int bad = 0;
+    uint64_t vh = ((uint64_t)hex8(p, &bad) << 32) | ((uint64_t)hex4(p + 9, &bad) << 16)
+                  | hex4(p + 14, &bad);
+    uint64_t vl = ((uint64_t)hex4(p + 19, &bad) << 48) | ((uint64_t)hex4(p + 24, &bad) << 32)
+                  | hex8(p + 28, &bad);
+    if (bad < 0 || p[8] != '-' || p[13] != '-' || p[18] != '-' || p[23] != '-') {
+        return 0;
+    }
+    *hi = vh;
+    *lo = vl;
+    return 1;
+}
+#endif
 
 /* parse_uuids(data, offsets, hi, lo) -> list of rows not parsed
  *
@@ -51,22 +134,8 @@ parse_uuids(PyObject *module, PyObject *args)
     uint64_t *h = (uint64_t *)hi.buf, *l = (uint64_t *)lo.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
         int32_t b = off[i], e = off[i + 1];
-        int ok = e - b == 36 && b >= 0 && e <= data.len;
-        if (ok) {
-            const unsigned char *p = chars + b;
-            /* The groups of 8-4-4-4-12 digits (the last read as 4 and 8); a
-             * byte that is no hex digit makes `bad` negative. */
-            int bad = 0;
-            uint64_t vh = ((uint64_t)hex8(p, &bad) << 32)
-                          | ((uint64_t)hex4(p + 9, &bad) << 16) | hex4(p + 14, &bad);
-            uint64_t vl = ((uint64_t)hex4(p + 19, &bad) << 48)
-                          | ((uint64_t)hex4(p + 24, &bad) << 32) | hex8(p + 28, &bad);
-            ok = bad >= 0 && p[8] == '-' && p[13] == '-' && p[18] == '-' && p[23] == '-';
-            if (ok) {
-                h[i] = vh;
-                l[i] = vl;
-            }
-        }
+        int ok = e - b == 36 && b >= 0 && e <= data.len
+                 && parse_canonical36(chars + b, &h[i], &l[i]);
         if (!ok) {
             h[i] = l[i] = 0;
             PyObject *row = PyLong_FromSsize_t(i);

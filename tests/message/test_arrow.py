@@ -394,9 +394,11 @@ def test_line_ends_are_the_newlines(data: bytes, at: list[int]) -> None:
 @settings(max_examples=100, deadline=None)
 @given(st.lists(st.tuples(st.one_of(st.integers(0, 2**64 - 1), st.integers(0, 2**20)),
                           st.integers(0, 2**64 - 1)), max_size=30),
-       st.lists(st.sampled_from(["", "x", "{", "G", "-", "A", "f"]), max_size=30))
+       st.lists(st.tuples(st.sampled_from(["", "x", "{", "G", "g", "-", "A", "f", "F", "@", "`",
+                                           ":", "/", "\x10", "\x19", "\x7f", "é", "A"]),
+                          st.integers(0, 34)), max_size=30))
 def test_native_uuid_columns_are_the_numpy_definitions(
-    halves: list[tuple[int, int]], spoil: list[str]
+    halves: list[tuple[int, int]], spoil: list[tuple[str, int]]
 ) -> None:
     """Native UUID formatting, envelope fields (clocks, flags, publish times,
     before 1970 too) and parsing against the numpy definitions: canonical
@@ -416,11 +418,11 @@ def test_native_uuid_columns_are_the_numpy_definitions(
     for got, want in zip(native[2:], numpy_fields[2:], strict=True):
         assert got.dtype == want.dtype and got.tolist() == want.tolist()
     strings = [text[i:i + 36].decode() for i in range(0, len(text), 36)]
-    for i, c in enumerate(spoil[: len(strings)]):
-        s = strings[i]
-        strings[i] = s.upper() if c == "A" else s[: i % 36] + c + s[i % 36 + 1:]
+    for i, (c, at) in enumerate(spoil[: len(strings)]):
+        s = strings[i]  # "é" is two bytes: it takes the place of two characters
+        strings[i] = s.upper() if c == "A" else s[:at] + c + s[at + 1 + (c == "é"):]
     data = "".join(strings).encode()
-    offsets = np.cumsum([0] + [len(s) for s in strings]).astype(np.int32)
+    offsets = np.cumsum([0] + [len(s.encode()) for s in strings]).astype(np.int32)
     h1, l1 = np.zeros(len(strings), np.uint64), np.zeros(len(strings), np.uint64)
     h2, l2 = np.zeros(len(strings), np.uint64), np.zeros(len(strings), np.uint64)
     rest = _core.NATIVE.parse_uuids(data, offsets, h1, l1)
