@@ -670,6 +670,20 @@ class _Source:
         )
 
 
+def _span_rows(w: _Window, producers: Array, begins: Array) -> Array:
+    """The rows of ``w`` that belong to the spans of ``producers`` (sorted)
+    that began at ``begins``: the producer's frames from there on, but those
+    with clock 0 (never part of a span). Rows are in offset order: only
+    those from the earliest begin on are looked at."""
+    first = int(np.searchsorted(w.begin, begins.min()))
+    hi, lo = w.hi[first:], w.lo[first:]
+    p = lo & _MASK48
+    at = np.minimum(np.searchsorted(producers, p), len(producers) - 1)
+    mine = (producers[at] == p) & (w.begin[first:] >= begins[at]) & (clocks_of(hi, lo) != 0)
+    rows: Array = np.flatnonzero(mine) + first
+    return rows
+
+
 def bucket_of(producers: Array, buckets: int) -> Array:
     """The bucket of each ProducerID (uint64): a multiplicative hash, then modulo."""
     mixed = (producers * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(32)
@@ -765,6 +779,10 @@ class _ArrowReader:
                 self._ends[name] = int(end_offset)
             else:
                 self._ends[name] = _head(client, name)
+        # Per journal, the frames read so far of the spans open in its
+        # states that began at or after an offset (see _keep_open): a replay
+        # of those spans is taken from memory, not read and parsed again.
+        self._open: dict[str, tuple[int, _Window | None]] = {}
         self._gen = self._generate()
 
     @property
@@ -808,6 +826,10 @@ class _ArrowReader:
             start, stop = self._offsets[name], self._ends[name]
             if start >= stop:
                 continue
+            # Spans open in the states from before `start` are not in memory
+            # (a span's begin is below the offset its checkpoint resumes at).
+            _, open_b = self._states[name].open_spans()
+            self._open[name] = (max(start, int(open_b.max()) + 1 if len(open_b) else 0), None)
             for w in source.windows(start, stop):
                 batch = self._batch(source, w)
                 self._offsets[name] = w.stop
@@ -834,6 +856,7 @@ class _ArrowReader:
         else:
             replay = self._replay(source, w, producers, clocks, flags)
             replayed = None
+            window = w
             if replay is not None and len(replay):
                 w = _Window.concat([replay, w], source.content_schema)
                 producers = w.lo & _MASK48
@@ -844,6 +867,7 @@ class _ArrowReader:
             commit, self._states[name] = sequence_columns(
                 w.begin, producers, clocks, flags, self._states[name], replayed
             )
+            self._keep_open(source, window)
             keep = commit >= 0
             if not self.include_acks:
                 keep &= flags != ACK_TXN
@@ -874,18 +898,41 @@ class _ArrowReader:
         if not want.any():
             return None
         want_p, want_b = open_p[want], open_b[want]
+        kept_from, kept = self._open.get(source.spec.name, (0, None))
+        if kept is not None and int(want_b.min()) >= kept_from:
+            return kept.take(_span_rows(kept, want_p, want_b))
         parts = []
         for part in source.windows(int(want_b.min()), w.start, quiet=True):
             if part.error is not None:
                 raise part.error
-            p = part.lo & _MASK48
-            at = np.searchsorted(want_p, p)
-            at_c = np.minimum(at, len(want_p) - 1)
-            mine = (want_p[at_c] == p) & (part.begin >= want_b[at_c])
-            mine &= clocks_of(part.hi, part.lo) != 0
-            if mine.any():
-                parts.append(part.take(np.flatnonzero(mine)))
+            rows = _span_rows(part, want_p, want_b)
+            if len(rows):
+                parts.append(part.take(rows))
         return _Window.concat(parts, source.content_schema)
+
+    def _keep_open(self, source: _Source, w: _Window) -> None:
+        """After window ``w``: keep the frames of the spans now open that
+        began at or after the offset kept from (those kept before ``w`` and
+        those of ``w``), as long as they are at most ``batch_bytes`` long;
+        beyond that, forget them and keep from the end of ``w`` on (their
+        replay reads the journal again)."""
+        name = source.spec.name
+        kept_from, kept = self._open.get(name, (w.start, None))
+        open_p, open_b = self._states[name].open_spans()
+        mine = open_b >= kept_from
+        open_p, open_b = open_p[mine], open_b[mine]
+        parts = []
+        if len(open_p):
+            for part in (kept, w):
+                if part is not None and len(part):
+                    rows = _span_rows(part, open_p, open_b)
+                    if len(rows):
+                        parts.append(part.take(rows))
+        now = _Window.concat(parts, source.content_schema)
+        if int((now.end - now.begin).sum()) > self.batch_bytes:
+            self._open[name] = (w.stop, None)
+        else:
+            self._open[name] = (kept_from, now)
 
     def checkpoint(self, prune_horizon: float | datetime.timedelta = 0) -> Checkpoint:
         """Where to resume: per journal, the offset read through and its

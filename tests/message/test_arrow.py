@@ -265,6 +265,51 @@ def test_blank_lines_and_values_of_another_type_take_the_exact_path(tmp_path: An
         assert table["n"].to_pylist() == [0, 1, 2, None, 4, 5]
 
 
+class _CountingClient(MemoryJournalClient):
+    """Counts the reads of journals."""
+
+    reads = 0
+
+    def read(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads += 1
+        return super().read(*args, **kwargs)
+
+
+@pytest.mark.parametrize(("batch", "one_read"), [(150, False), (1500, True)])
+def test_spans_across_windows_are_replayed_from_memory(batch: int, one_read: bool) -> None:
+    """Transactions of interleaved producers, each spanning several windows
+    (some rolled back, some of duplicates), give ReadCommittedIter's rows.
+    The frames of the spans open at a window's end are kept (up to
+    ``batch_bytes`` of them): committing them reads nothing again; beyond
+    that, they are read again from the journal."""
+    from message import Flags, build_uuid
+
+    client = _CountingClient()
+    client.create("txns", NDJSON)
+    producers = [bytes([0, 0, 0, 0, 0, p]) for p in range(1, 4)]
+    clock = [100, 100, 100]
+    lines = []
+    for step in range(60):
+        i = step % 3
+        clock[i] += 1
+        flags = Flags.ACK_TXN if step % 7 == i else Flags.CONTINUE_TXN
+        if step % 11 == 0:
+            clock[i] -= 1  # a duplicate clock: dropped
+        if step == 40:
+            flags, clock[i] = Flags.ACK_TXN, 50  # a roll-back
+        doc = {"_meta": {"uuid": str(build_uuid(producers[i], clock[i], flags))}, "s": "x",
+               "n": step}
+        lines.append(orjson.dumps(doc) + b"\n")
+    client.append("txns", b"".join(lines)).result()
+    expected = _iter_rows(_committed(client, "txns", 4))
+    assert len(expected) > 10
+    client.reads = 0
+    got = _batch_rows(ReadCommittedArrow(client, "txns", schema=SCHEMA, batch_bytes=batch))
+    assert got == expected
+    # 4.3 kB in windows of 1500 bytes: the open spans fit; in windows of 150, not.
+    assert (client.reads == 1) == one_read
+
+
 # -- rows back into frames ----------------------------------------------------
 
 
