@@ -413,6 +413,11 @@ def _take(values: Array, rows: Array) -> Array:
     return out
 
 
+def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
+    """The column as one array (its only chunk as it is: no copy)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
 def _fixed_width_strings(n: int, width: int, data: Any) -> pa.Array:
     """``n`` strings of ``width`` bytes each, laid end to end in ``data``."""
     buf, offsets = _pooled(n + 1, np.int32)
@@ -432,7 +437,7 @@ def envelope_columns(
     )
     name = journal.encode()
     names, chars = _pooled(n * len(name), np.uint8)
-    chars.reshape(n, len(name))[:] = np.frombuffer(name, dtype=np.uint8)
+    chars[:] = np.frombuffer(name * n, dtype=np.uint8)
     return [
         _fixed_width_strings(n, len(name), names),
         pa.array(begin, pa.int64()),
@@ -859,9 +864,9 @@ class _ArrowReader:
             window = w
             if replay is not None and len(replay):
                 w = _Window.concat([replay, w], source.content_schema)
-                producers = w.lo & _MASK48
-                clocks = clocks_of(w.hi, w.lo)
-                flags = flags_of(w.lo)
+                producers = np.concatenate([replay.lo & _MASK48, producers])
+                clocks = np.concatenate([clocks_of(replay.hi, replay.lo), clocks])
+                flags = np.concatenate([flags_of(replay.lo), flags])
                 replayed = np.zeros(len(w), dtype=bool)
                 replayed[: len(replay)] = True
             commit, self._states[name] = sequence_columns(
@@ -881,7 +886,7 @@ class _ArrowReader:
         if self.content.fields:
             all_rows = len(rows) == len(w) and bool((rows[1:] > rows[:-1]).all())
             table = w.content if all_rows else w.content.take(pa.array(rows, pa.int64()))
-            cols += [table.column(i).combine_chunks() for i in range(table.num_columns)]
+            cols += [_one_chunk(table.column(i)) for i in range(table.num_columns)]
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)
 
     def _replay(
@@ -893,7 +898,11 @@ class _ArrowReader:
         if not len(open_p):
             return None
         early = open_b < w.start
-        acked = np.isin(open_p, producers[(flags == ACK_TXN) & (clocks != 0)])
+        # The open spans' producers (sorted) that have an ACK in the window.
+        ack_p = producers[(flags == ACK_TXN) & (clocks != 0)]
+        at = np.minimum(np.searchsorted(open_p, ack_p), len(open_p) - 1)
+        acked = np.zeros(len(open_p), dtype=bool)
+        acked[at[open_p[at] == ack_p]] = True
         want = early & acked
         if not want.any():
             return None
