@@ -17,7 +17,7 @@
  * - CommittedReader: an EnvelopeReader feeding a Sequencer (the loop of a
  *   ReadCommittedIter), which asks Python for a replay iterator when the
  *   Sequencer needs one.
- * - parse_uuids, format_uuids, envelope_fields, line_ends: columns of the Spark source and of
+ * - parse_uuids, format_uuids, envelope_fields, prefixed_uuids, line_ends: columns of the Spark source and of
  *   message.arrow's NDJSON windows.
  * - sequence_columns: message/_columnar.py's decisions over columns, in one
  *   pass (message.arrow's committed reads).
@@ -101,6 +101,10 @@ static PyMethodDef module_methods[] = {
      "envelope_fields(hi, lo, uuids, producers, clocks, flags, micros): format_uuids' "
      "texts, and the clocks, flags and publish times (microseconds) of UUIDs given as "
      "64-bit halves, in one pass, into the writable buffers given."},
+    {"prefixed_uuids", prefixed_uuids, METH_VARARGS,
+     "prefixed_uuids(data, ends, prefix, suffix, key, hi, lo): the UUIDs of NDJSON lines "
+     "that all begin with prefix, a canonical UUID and suffix, read from the bytes; False "
+     "if the lines are not all so."},
     {"line_ends", line_ends, METH_O,
      "line_ends(data): the end of each line of data (just past its newline), as int64 "
      "values laid end to end."},

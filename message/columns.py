@@ -188,6 +188,46 @@ def line_ends(data: Any) -> Array:
     return (np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1).astype(np.int64)
 
 
+def prefixed_uuids(
+    data: Any, begins: Array, ends: Array, prefix: bytes, suffix: bytes, key: bytes
+) -> tuple[Array, Array] | None:
+    """The UUIDs of the lines ``[begins[i], ends[i])`` of ``data`` (whole
+    lines, end to end) as ``(hi, lo)`` uint64 halves, read from the bytes
+    where every line is laid out as ``prefix``, a canonical UUID, ``suffix``,
+    then ``,`` or ``}`` (as the NDJSON framing writes ``{"_meta":{"uuid":
+    "..."}`` first); None where one is not, where ``key`` (the quoted
+    top-level key of the UUID) occurs more than once in a line, or where the
+    bytes ``\\u`` occur at all (an escape could spell that key again)."""
+    import numpy as np
+
+    n = len(ends)
+    hi: Array = np.zeros(n, dtype=np.uint64)
+    lo: Array = np.zeros(n, dtype=np.uint64)
+    if NATIVE is not None:
+        ends = np.ascontiguousarray(ends, dtype=np.int64)
+        return (hi, lo) if NATIVE.prefixed_uuids(data, ends, prefix, suffix, key, hi, lo) else None
+    raw = bytes(data)
+    if b"\\u" in raw or raw.count(key) != n:
+        return None
+    width = len(prefix) + 36 + len(suffix) + 1
+    if n == 0:
+        return hi, lo
+    if bool((ends - begins < width).any()):
+        return None
+    head = np.frombuffer(raw, dtype=np.uint8)[begins[:, None] + np.arange(width)]
+    text = head[:, len(prefix) : len(prefix) + 36]
+    if not (
+        (head[:, : len(prefix)] == np.frombuffer(prefix, dtype=np.uint8)).all()
+        and (head[:, len(prefix) + 36 : -1] == np.frombuffer(suffix, dtype=np.uint8)).all()
+        and np.isin(head[:, -1], [ord(","), ord("}")]).all()
+    ):
+        return None
+    offsets = np.arange(0, 36 * (n + 1), 36, dtype=np.int32)
+    if _parse_canonical(np.ascontiguousarray(text).reshape(-1), offsets, hi, lo):
+        return None
+    return hi, lo
+
+
 def uuid_strings(producer: bytes, first_clock: int, count: int, flags: int) -> bytes:
     """The canonical strings (36 bytes each, laid end to end) of the UUIDs of
     ``producer`` (6 bytes) with the ``count`` clocks from ``first_clock`` on

@@ -287,6 +287,84 @@ done:
     return out;
 }
 
+/* -- prefixed_uuids ------------------------------------------------------- */
+
+/* The first occurrence of needle (m >= 1 bytes) in [p, end), or NULL. */
+static const char *
+find_bytes(const char *p, const char *end, const char *needle, size_t m)
+{
+    if (end - p < (ptrdiff_t)m) {
+        return NULL;
+    }
+#ifdef __GLIBC__
+    return memmem(p, (size_t)(end - p), needle, m);
+#else
+    for (; end - p >= (ptrdiff_t)m; p++) {
+        p = memchr(p, needle[0], (size_t)(end - p) - m + 1);
+        if (p == NULL || memcmp(p, needle, m) == 0) {
+            return p;
+        }
+    }
+    return NULL;
+#endif
+}
+
+/* prefixed_uuids(data, ends, prefix, suffix, key, hi, lo) -> bool
+ *
+ * The UUIDs of the lines of data (n of them, ending at ends, n int64) read
+ * straight from the bytes, into hi and lo, if every line is laid out as
+ * prefix, a canonical UUID, suffix, then ',' or '}'; and if key occurs once
+ * per line (in its prefix: no other key of that name) and the bytes '\u'
+ * nowhere in data (an escape could spell that key otherwise: any other
+ * escape spells no letter). False, with hi and lo undefined, if not. */
+static PyObject *
+prefixed_uuids(PyObject *module, PyObject *args)
+{
+    Py_buffer data, ends, prefix, suffix, key, hi, lo;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*:prefixed_uuids", &data, &ends, &prefix,
+                          &suffix, &key, &hi, &lo)) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    Py_ssize_t n = ends.len / (Py_ssize_t)sizeof(int64_t);
+    if (hi.len != n * 8 || lo.len != n * 8 || key.len < 1) {
+        PyErr_SetString(PyExc_ValueError, "prefixed_uuids: buffer sizes do not match");
+        goto done;
+    }
+    const char *base = data.buf, *stop = base + data.len;
+    const int64_t *e = ends.buf;
+    uint64_t *h = hi.buf, *l = lo.buf;
+    Py_ssize_t plen = prefix.len, slen = suffix.len, width = plen + 36 + slen + 1;
+    int ok = 1;
+    int64_t b = 0;
+    for (Py_ssize_t i = 0; ok && i < n; b = e[i++]) {
+        const char *p = base + b;
+        ok = e[i] - b >= width && e[i] <= data.len && memcmp(p, prefix.buf, (size_t)plen) == 0
+             && parse_canonical36((const unsigned char *)p + plen, &h[i], &l[i])
+             && memcmp(p + plen + 36, suffix.buf, (size_t)slen) == 0
+             && (p[width - 1] == ',' || p[width - 1] == '}');
+    }
+    Py_ssize_t count = 0;
+    for (const char *p = base; ok && (p = find_bytes(p, stop, key.buf, (size_t)key.len)) != NULL;
+         p += key.len) {
+        ok = ++count <= n;
+    }
+    ok = ok && count == n;
+    for (const char *p = base; ok && (p = memchr(p, '\\', (size_t)(stop - p))) != NULL; p++) {
+        ok = p + 1 == stop || p[1] != 'u';
+    }
+    out = PyBool_FromLong(ok);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&ends);
+    PyBuffer_Release(&prefix);
+    PyBuffer_Release(&suffix);
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&hi);
+    PyBuffer_Release(&lo);
+    return out;
+}
+
 /* -- line_ends ------------------------------------------------------------ */
 
 /* line_ends(data) -> bytes

@@ -265,6 +265,83 @@ def test_blank_lines_and_values_of_another_type_take_the_exact_path(tmp_path: An
         assert table["n"].to_pylist() == [0, 1, 2, None, 4, 5]
 
 
+_LINE_PARTS = st.sampled_from([
+    b'{"_meta":{"uuid":"%s"},"n":1}', b'{"_meta":{"uuid":"%s"}}',
+    b'{"_meta":{"uuid":"%s"},"s":"a"}',
+    b'{"_meta":{"uuid":"%s"},"_meta":{"uuid":"%s"}}', b'{"_meta":{"uuid":"%s"},"\\u005fmeta":1}',
+    b'{"_meta":{"uuid":"%s"},"s":"\\\\u"}', b'{"_meta":{"uuid":"%s"},"s":"_meta"}',
+    b'{"_meta":{"uuid":"%s"},"s":"\\"_meta\\""}', b'{"_meta":{"uuid":"%s","x":1}}',
+    b'{"_meta": {"uuid":"%s"}}', b'{"s":1,"_meta":{"uuid":"%s"}}', b'{"_meta":{"uuid":"%s"}x',
+    b'{"_meta":{"uuid":"%s"}', b'{"uuid":"%s"}',
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_LINE_PARTS, st.sampled_from(
+    ["9f2a6e1c-0000-1000-8000-0a0b0c0d0e0f", "9F2A6E1C-0000-1000-8000-0A0B0C0D0E0F",
+     "9f2a6e1c-0000-1000-8000-0a0b0c0d0e0", "9f2a6e1c00001000-8000-0a0b0c0d0e0f0",
+     "{9f2a6e1c-0000-1000-8000-0a0b0c0d0e}", "9f2a6e1c-0000-1000-8000-0a0b0c0d0e0g"])),
+    max_size=8), st.sampled_from([("_meta", "uuid"), ("uuid",)]))
+def test_uuids_from_the_bytes_of_lines(
+    lines: list[tuple[bytes, str]], path: tuple[str, ...]
+) -> None:
+    """``prefixed_uuids`` reads the UUIDs of lines that begin with them as
+    the framing writes them, and gives up on anything else: another key of
+    the UUID's name (spelled with an escape too), a UUID not canonical, a
+    layout of its own. Native and numpy agree."""
+    import numpy as np
+
+    from message import columns
+
+    raw = [part.replace(b"%s", text.encode()) for part, text in lines]
+    data = b"".join(line + b"\n" for line in raw)
+    ends = np.cumsum([len(line) + 1 for line in raw]).astype(np.int64)
+    begins = ends - np.array([len(line) + 1 for line in raw], dtype=np.int64)
+    keys = [orjson.dumps(k) for k in path]
+    layout = (b"{" + b"".join(k + b":{" for k in keys[:-1]) + keys[-1] + b':"',
+              b'"' + b"}" * (len(path) - 1), keys[0])
+    got = columns.prefixed_uuids(data, begins, ends, *layout)
+    if got is not None and raw:  # then each line holds its UUID once, where Arrow finds it
+        table = pa.json.read_json(pa.BufferReader(data))
+        col: Any = table.column(path[0]).combine_chunks()
+        for key in path[1:]:
+            col = col.field(key)
+        want = [uuid.UUID(text).int for text in col.to_pylist()]
+        assert [(int(h) << 64) | int(v) for h, v in zip(*got, strict=True)] == want
+    if _core.NATIVE is not None:
+        hi, lo = np.zeros(len(raw), np.uint64), np.zeros(len(raw), np.uint64)
+        assert _core.NATIVE.prefixed_uuids(data, ends, *layout, hi, lo) == (got is not None)
+        saved = columns.NATIVE
+        columns.NATIVE = None
+        try:
+            again = columns.prefixed_uuids(data, begins, ends, *layout)
+        finally:
+            columns.NATIVE = saved
+        if again is None or got is None:
+            assert again is None and got is None
+        else:
+            assert again[0].tolist() == got[0].tolist() and again[1].tolist() == got[1].tolist()
+
+
+def test_lines_with_their_uuid_key_twice_take_arrows_way(tmp_path: Any) -> None:
+    """A document whose UUID's key comes twice (plainly, or spelled with an
+    escape) is not read from its bytes: the rows are ReadCommittedIter's."""
+    with LocalJournalStore(tmp_path) as store:
+        store.create("docs", NDJSON)
+        u = [str(uuid.UUID(int=(0x1EF00000 << 96) | (i << 64) | (0x8000 << 48) | 7))
+             for i in range(1, 5)]
+        lines = [
+            '{"_meta":{"uuid":"U0"},"s":"a","n":1}',
+            '{"_meta":{"uuid":"U1"},"s":"b","n":2,"\\u005fmeta":{"uuid":"U2"}}',
+            '{"_meta":{"uuid":"U3"},"s":"c","n":3}',
+        ]
+        for i, text in enumerate(u):
+            lines = [line.replace(f"U{i}", text) for line in lines]
+        store.append("docs", "".join(line + "\n" for line in lines).encode()).result()
+        expected = _iter_rows(ReadCommittedIter(store, "docs", _new_doc))
+        assert _batch_rows(ReadCommittedArrow(store, "docs", schema=SCHEMA)) == expected
+
+
 class _CountingClient(MemoryJournalClient):
     """Counts the reads of journals."""
 
