@@ -32,11 +32,13 @@ fields by position after the UUID; fixed protobuf fields by name. ACK_TXN
 messages (control records) are left out unless ``include_acks=True``.
 
 How: a journal is read in windows of about ``batch_bytes`` whole frames.
-An NDJSON window is parsed by Arrow's C++ JSON reader in one call; the UUID
-column becomes two uint64 columns (``message.columns.parse_uuid_strings``);
-which rows commit, and in which order, is decided with numpy
-(``message/_columnar.py``: the Sequencer's rules as scans over columns);
-the committed rows are taken from the parsed table in commit order. Other
+An NDJSON window is parsed by Arrow's C++ JSON reader in one call; the UUIDs
+become two uint64 columns, read from the lines' bytes where each begins with
+its UUID as the framing writes it (``message.columns.prefixed_uuids``), else
+from the parsed column (``message.columns.parse_uuid_strings``); which rows
+commit, and in which order, is decided over columns
+(``message/_columnar.py``: the Sequencer's rules, in numpy, or in one native
+pass); the committed rows are taken from the parsed table in commit order. Other
 framings, and an NDJSON window Arrow will not parse (a corrupt frame, a
 value of another type), are decoded frame by frame, with the framing's own
 errors. Memory is bounded by ``batch_bytes`` (and by the largest
