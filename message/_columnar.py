@@ -25,6 +25,12 @@ Per producer, the Sequencer's state machine unrolls into scans:
 A span open before the window (a state with ``begin``) is committed here
 only with its first frames: the caller passes them ahead of the window's
 frames (``replayed``), as the Sequencer's replay re-reads them.
+
+:func:`numpy_sequence_columns` is the definition, in numpy; the native core,
+when built, runs the same rules as one pass over the frames
+(``message/_native_src/columnar.h``), and :func:`sequence_columns` picks it
+(``EXACTLY_PURE_PYTHON=1``: numpy). The test suite holds the two to the same
+answers.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._core import NATIVE
 from .layout import ACK_TXN, CONTINUE_TXN
 
 if TYPE_CHECKING:
@@ -160,6 +167,36 @@ def group_order(keys: Array) -> tuple[Array, Array]:
 
 
 def sequence_columns(
+    begin: Array,
+    producers: Array,
+    clocks: Array,
+    flags: Array,
+    states: ProducerColumns,
+    replayed: Array | None = None,
+) -> tuple[Array, ProducerColumns]:
+    """:func:`numpy_sequence_columns`, in the native core when it is built."""
+    if NATIVE is None:
+        return numpy_sequence_columns(begin, producers, clocks, flags, states, replayed)
+    n = len(begin)
+    commit: Array = np.empty(n, dtype=_I64)
+    if n == 0:
+        return commit, states
+    p, a, b = NATIVE.sequence_columns(
+        np.ascontiguousarray(begin, dtype=_I64), np.ascontiguousarray(producers, dtype=_U64),
+        np.ascontiguousarray(clocks, dtype=_U64), np.ascontiguousarray(flags, dtype=np.int32),
+        None if replayed is None else np.ascontiguousarray(replayed, dtype=bool),
+        np.ascontiguousarray(states.producers, dtype=_U64),
+        np.ascontiguousarray(states.last_ack, dtype=_U64),
+        np.ascontiguousarray(states.begin, dtype=_I64), commit,
+    )
+    seen = np.frombuffer(p, dtype=_U64)
+    order = np.argsort(seen)
+    return commit, states.merged(
+        seen[order], np.frombuffer(a, dtype=_U64)[order], np.frombuffer(b, dtype=_I64)[order]
+    )
+
+
+def numpy_sequence_columns(
     begin: Array,
     producers: Array,
     clocks: Array,

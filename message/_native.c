@@ -17,7 +17,10 @@
  * - CommittedReader: an EnvelopeReader feeding a Sequencer (the loop of a
  *   ReadCommittedIter), which asks Python for a replay iterator when the
  *   Sequencer needs one.
- * - parse_uuids, format_uuids: UUID columns of the Spark source.
+ * - parse_uuids, format_uuids, envelope_fields, prefixed_uuids, line_ends: columns of the Spark source and of
+ *   message.arrow's NDJSON windows.
+ * - sequence_columns: message/_columnar.py's decisions over columns, in one
+ *   pass (message.arrow's committed reads).
  *
  * What it takes from Python is handed to configure() once, by
  * message/_core.py: the public classes it builds (Envelope, ProducerState,
@@ -45,6 +48,7 @@
 #include "_native_src/sequencer.h"
 #include "_native_src/reader.h"
 #include "_native_src/columns.h"
+#include "_native_src/columnar.h"
 #include "_native_src/publisher.h"
 
 /* -- layout and module ---------------------------------------------------- */
@@ -89,6 +93,21 @@ static PyMethodDef module_methods[] = {
     {"parse_uuids", parse_uuids, METH_VARARGS,
      "parse_uuids(data, offsets, hi, lo): canonical UUID strings of an Arrow string "
      "array as 64-bit halves; returns the rows it could not parse."},
+    {"sequence_columns", sequence_columns, METH_VARARGS,
+     "sequence_columns(begin, producers, clocks, flags, replayed, state_producers, "
+     "state_last_ack, state_begin, commit): message/_columnar.py's sequence_columns in one "
+     "pass; returns the states after, as bytes."},
+    {"envelope_fields", envelope_fields, METH_VARARGS,
+     "envelope_fields(hi, lo, uuids, producers, clocks, flags, micros): format_uuids' "
+     "texts, and the clocks, flags and publish times (microseconds) of UUIDs given as "
+     "64-bit halves, in one pass, into the writable buffers given."},
+    {"prefixed_uuids", prefixed_uuids, METH_VARARGS,
+     "prefixed_uuids(data, ends, prefix, suffix, key, hi, lo): the UUIDs of NDJSON lines "
+     "that all begin with prefix, a canonical UUID and suffix, read from the bytes; False "
+     "if the lines are not all so."},
+    {"line_ends", line_ends, METH_O,
+     "line_ends(data): the end of each line of data (just past its newline), as int64 "
+     "values laid end to end."},
     {NULL},
 };
 

@@ -32,11 +32,13 @@ fields by position after the UUID; fixed protobuf fields by name. ACK_TXN
 messages (control records) are left out unless ``include_acks=True``.
 
 How: a journal is read in windows of about ``batch_bytes`` whole frames.
-An NDJSON window is parsed by Arrow's C++ JSON reader in one call; the UUID
-column becomes two uint64 columns (``message.columns.parse_uuid_strings``);
-which rows commit, and in which order, is decided with numpy
-(``message/_columnar.py``: the Sequencer's rules as scans over columns);
-the committed rows are taken from the parsed table in commit order. Other
+An NDJSON window is parsed by Arrow's C++ JSON reader in one call; the UUIDs
+become two uint64 columns, read from the lines' bytes where each begins with
+its UUID as the framing writes it (``message.columns.prefixed_uuids``), else
+from the parsed column (``message.columns.parse_uuid_strings``); which rows
+commit, and in which order, is decided over columns
+(``message/_columnar.py``: the Sequencer's rules, in numpy, or in one native
+pass); the committed rows are taken from the parsed table in commit order. Other
 framings, and an NDJSON window Arrow will not parse (a corrupt frame, a
 value of another type), are decoded frame by frame, with the framing's own
 errors. Memory is bounded by ``batch_bytes`` (and by the largest
@@ -78,11 +80,10 @@ from ._interfaces import Message
 from ._reader import ReadUncommittedIter
 from ._sequencer import horizon_units
 from ._types import CSVRecord, document_type, proto_message_type
-from .columns import format_uuid_strings, parse_uuid_strings
+from .columns import envelope_fields, line_ends, parse_uuid_strings, prefixed_uuids
 from .layout import (
     ACK_TXN,
     PRODUCER_MASK,
-    UUID_EPOCH_OFFSET,
     clocks_of,
     flags_of,
 )
@@ -375,7 +376,7 @@ def _line_windows(reader: Any, size: int) -> Iterator[tuple[int, memoryview]]:
 
 def _line_bounds(data: bytes | memoryview) -> tuple[Array, Array]:
     """Begin and end (relative) of each line of ``data``."""
-    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10).astype(np.int64) + 1
+    ends = line_ends(data)
     begins = np.empty_like(ends)
     if len(ends):
         begins[0] = 0
@@ -400,10 +401,33 @@ def _uuid_halves(strings: pa.Array) -> tuple[Array, Array]:
     return parse_uuid_strings(data if data is not None else b"", offsets, valid)
 
 
-def _fixed_width_strings(n: int, width: int, data: bytes) -> pa.Array:
+def _pooled(n: int, dtype: Any) -> tuple[pa.Buffer, Array]:
+    """A buffer for ``n`` values of ``dtype`` in Arrow's memory pool, and a
+    numpy view of it. Columns of batches go there: the pool reuses the pages
+    of batches freed, where memory fresh from the system costs a page fault
+    per 4 KiB written."""
+    buf = pa.allocate_buffer(n * np.dtype(dtype).itemsize)
+    return buf, np.frombuffer(buf, dtype=dtype, count=n)
+
+
+def _take(values: Array, rows: Array) -> Array:
+    """``values[rows]``, in Arrow's memory pool (see :func:`_pooled`)."""
+    _, out = _pooled(len(rows), values.dtype)
+    np.take(values, rows, out=out)
+    return out
+
+
+def _one_chunk(column: pa.ChunkedArray) -> pa.Array:
+    """The column as one array (its only chunk as it is: no copy)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def _fixed_width_strings(n: int, width: int, data: Any) -> pa.Array:
     """``n`` strings of ``width`` bytes each, laid end to end in ``data``."""
-    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets.tobytes()), pa.py_buffer(data))
+    buf, offsets = _pooled(n + 1, np.int32)
+    np.multiply(np.arange(n + 1, dtype=np.int32), np.int32(width), out=offsets)
+    values = data if isinstance(data, pa.Buffer) else pa.py_buffer(data)
+    return pa.StringArray.from_buffers(n, buf, values)
 
 
 def envelope_columns(
@@ -412,18 +436,20 @@ def envelope_columns(
     """The envelope columns (:data:`ENVELOPE_FIELDS`) of frames given as
     columns: offsets, UUIDs as uint64 halves, and commit offsets."""
     n = len(begin)
-    uuid_text, producer_text = format_uuid_strings(hi, lo)
-    clocks = clocks_of(hi, lo)
-    times = ((clocks >> np.uint64(4)).astype(np.int64) - UUID_EPOCH_OFFSET) // 10
+    uuid_text, producer_text, clocks, flags, times = envelope_fields(
+        hi, lo, pa.allocate_buffer
+    )
     name = journal.encode()
+    names, chars = _pooled(n * len(name), np.uint8)
+    chars[:] = np.frombuffer(name * n, dtype=np.uint8)
     return [
-        _fixed_width_strings(n, len(name), name * n),
+        _fixed_width_strings(n, len(name), names),
         pa.array(begin, pa.int64()),
         pa.array(end, pa.int64()),
         _fixed_width_strings(n, 36, uuid_text),
         _fixed_width_strings(n, 12, producer_text),
-        pa.array(clocks.astype(np.int64), pa.int64()),
-        pa.array(flags_of(lo), pa.int32()),
+        pa.array(clocks, pa.int64()),
+        pa.array(flags, pa.int32()),
         pa.array(times, pa.timestamp("us", tz="UTC"), mask=clocks == 0),
         pa.array(commit, pa.int64()),
     ]
@@ -503,6 +529,17 @@ class _Source:
                 uuid_type = pa.struct([(key, uuid_type)])
             fields = [(n, t) for n, t in self.content.fields if n != path[0]]
             self.json_schema = pa.schema([*fields, (path[0], uuid_type)])
+            # Lines that begin with their UUID as the framing writes it give
+            # it from their bytes (message.columns.prefixed_uuids), and Arrow
+            # parses their content alone: the UUID's column is a fifth of
+            # the parse. Keys that JSON would escape take Arrow's way.
+            self.content_json_schema = pa.schema(fields)
+            keys = [orjson.dumps(key) for key in path]
+            self.uuid_layout = (
+                b"{" + b"".join(k + b":{" for k in keys[:-1]) + keys[-1] + b':"',
+                b'"' + b"}" * (len(path) - 1), keys[0],
+            ) if all(k == b'"' + key.encode() + b'"' for k, key in zip(keys, path, strict=True)) \
+                else None
             # A task reading one bucket of many parses every line's UUID,
             # then the content of its own bucket's lines only.
             self.uuid_schema = pa.schema([(path[0], uuid_type)])
@@ -522,7 +559,10 @@ class _Source:
                 (lambda e, b, s: None) if quiet else owner.damaged,
             )
         try:
-            for at, data in _line_windows(reader, owner.batch_bytes):
+            # A buffer no larger than the range: a replay's range is small,
+            # and a fresh buffer costs a page fault per 4 KiB touched.
+            size = min(owner.batch_bytes, max(1, stop - start))
+            for at, data in _line_windows(reader, size):
                 w = self._parse(at, data)
                 if w is not None:
                     yield w
@@ -553,10 +593,18 @@ class _Source:
         owner = self.owner
         bucketed = owner.buckets > 1
         try:
-            table = self._read_json(data, self.uuid_schema if bucketed else self.json_schema)
+            uuids = None
+            if not bucketed and self.uuid_layout is not None:
+                uuids = prefixed_uuids(data, begins, ends, *self.uuid_layout)
+            if uuids is not None:
+                hi, lo = uuids
+                table = self._read_json(data, self.content_json_schema)
+            else:
+                table = self._read_json(data, self.uuid_schema if bucketed else self.json_schema)
             if table.num_rows != len(ends):
                 return None
-            hi, lo = self._uuids(table)
+            if uuids is None:
+                hi, lo = self._uuids(table)
             if bucketed:
                 rows = np.flatnonzero(bucket_of(lo & _MASK48, owner.buckets) == owner.bucket)
                 # The bucket's lines, laid end to end: a take of the window
@@ -642,6 +690,20 @@ class _Source:
             np.array([i & 0xFFFFFFFFFFFFFFFF for i in ints], dtype=np.uint64),
             content, error,
         )
+
+
+def _span_rows(w: _Window, producers: Array, begins: Array) -> Array:
+    """The rows of ``w`` that belong to the spans of ``producers`` (sorted)
+    that began at ``begins``: the producer's frames from there on, but those
+    with clock 0 (never part of a span). Rows are in offset order: only
+    those from the earliest begin on are looked at."""
+    first = int(np.searchsorted(w.begin, begins.min()))
+    hi, lo = w.hi[first:], w.lo[first:]
+    p = lo & _MASK48
+    at = np.minimum(np.searchsorted(producers, p), len(producers) - 1)
+    mine = (producers[at] == p) & (w.begin[first:] >= begins[at]) & (clocks_of(hi, lo) != 0)
+    rows: Array = np.flatnonzero(mine) + first
+    return rows
 
 
 def bucket_of(producers: Array, buckets: int) -> Array:
@@ -739,6 +801,10 @@ class _ArrowReader:
                 self._ends[name] = int(end_offset)
             else:
                 self._ends[name] = _head(client, name)
+        # Per journal, the frames read so far of the spans open in its
+        # states that began at or after an offset (see _keep_open): a replay
+        # of those spans is taken from memory, not read and parsed again.
+        self._open: dict[str, tuple[int, _Window | None]] = {}
         self._gen = self._generate()
 
     @property
@@ -782,6 +848,10 @@ class _ArrowReader:
             start, stop = self._offsets[name], self._ends[name]
             if start >= stop:
                 continue
+            # Spans open in the states from before `start` are not in memory
+            # (a span's begin is below the offset its checkpoint resumes at).
+            _, open_b = self._states[name].open_spans()
+            self._open[name] = (max(start, int(open_b.max()) + 1 if len(open_b) else 0), None)
             for w in source.windows(start, stop):
                 batch = self._batch(source, w)
                 self._offsets[name] = w.stop
@@ -808,16 +878,18 @@ class _ArrowReader:
         else:
             replay = self._replay(source, w, producers, clocks, flags)
             replayed = None
+            window = w
             if replay is not None and len(replay):
                 w = _Window.concat([replay, w], source.content_schema)
-                producers = w.lo & _MASK48
-                clocks = clocks_of(w.hi, w.lo)
-                flags = flags_of(w.lo)
+                producers = np.concatenate([replay.lo & _MASK48, producers])
+                clocks = np.concatenate([clocks_of(replay.hi, replay.lo), clocks])
+                flags = np.concatenate([flags_of(replay.lo), flags])
                 replayed = np.zeros(len(w), dtype=bool)
                 replayed[: len(replay)] = True
             commit, self._states[name] = sequence_columns(
                 w.begin, producers, clocks, flags, self._states[name], replayed
             )
+            self._keep_open(source, window)
             keep = commit >= 0
             if not self.include_acks:
                 keep &= flags != ACK_TXN
@@ -826,12 +898,12 @@ class _ArrowReader:
             rows = rows[np.argsort(commit[rows], kind="stable")]
         if not len(rows):
             return None
-        cols = envelope_columns(name, w.begin[rows], w.end[rows], w.hi[rows], w.lo[rows],
-                                commit[rows])
+        cols = envelope_columns(name, _take(w.begin, rows), _take(w.end, rows), w.hi[rows],
+                                w.lo[rows], _take(commit, rows))
         if self.content.fields:
             all_rows = len(rows) == len(w) and bool((rows[1:] > rows[:-1]).all())
             table = w.content if all_rows else w.content.take(pa.array(rows, pa.int64()))
-            cols += [table.column(i).combine_chunks() for i in range(table.num_columns)]
+            cols += [_one_chunk(table.column(i)) for i in range(table.num_columns)]
         return pa.RecordBatch.from_arrays(cols, schema=self.schema)
 
     def _replay(
@@ -843,23 +915,50 @@ class _ArrowReader:
         if not len(open_p):
             return None
         early = open_b < w.start
-        acked = np.isin(open_p, producers[(flags == ACK_TXN) & (clocks != 0)])
+        # The open spans' producers (sorted) that have an ACK in the window.
+        ack_p = producers[(flags == ACK_TXN) & (clocks != 0)]
+        at = np.minimum(np.searchsorted(open_p, ack_p), len(open_p) - 1)
+        acked = np.zeros(len(open_p), dtype=bool)
+        acked[at[open_p[at] == ack_p]] = True
         want = early & acked
         if not want.any():
             return None
         want_p, want_b = open_p[want], open_b[want]
+        kept_from, kept = self._open.get(source.spec.name, (0, None))
+        if kept is not None and int(want_b.min()) >= kept_from:
+            return kept.take(_span_rows(kept, want_p, want_b))
         parts = []
         for part in source.windows(int(want_b.min()), w.start, quiet=True):
             if part.error is not None:
                 raise part.error
-            p = part.lo & _MASK48
-            at = np.searchsorted(want_p, p)
-            at_c = np.minimum(at, len(want_p) - 1)
-            mine = (want_p[at_c] == p) & (part.begin >= want_b[at_c])
-            mine &= clocks_of(part.hi, part.lo) != 0
-            if mine.any():
-                parts.append(part.take(np.flatnonzero(mine)))
+            rows = _span_rows(part, want_p, want_b)
+            if len(rows):
+                parts.append(part.take(rows))
         return _Window.concat(parts, source.content_schema)
+
+    def _keep_open(self, source: _Source, w: _Window) -> None:
+        """After window ``w``: keep the frames of the spans now open that
+        began at or after the offset kept from (those kept before ``w`` and
+        those of ``w``), as long as they are at most ``batch_bytes`` long;
+        beyond that, forget them and keep from the end of ``w`` on (their
+        replay reads the journal again)."""
+        name = source.spec.name
+        kept_from, kept = self._open.get(name, (w.start, None))
+        open_p, open_b = self._states[name].open_spans()
+        mine = open_b >= kept_from
+        open_p, open_b = open_p[mine], open_b[mine]
+        parts = []
+        if len(open_p):
+            for part in (kept, w):
+                if part is not None and len(part):
+                    rows = _span_rows(part, open_p, open_b)
+                    if len(rows):
+                        parts.append(part.take(rows))
+        now = _Window.concat(parts, source.content_schema)
+        if int((now.end - now.begin).sum()) > self.batch_bytes:
+            self._open[name] = (w.stop, None)
+        else:
+            self._open[name] = (kept_from, now)
 
     def checkpoint(self, prune_horizon: float | datetime.timedelta = 0) -> Checkpoint:
         """Where to resume: per journal, the offset read through and its

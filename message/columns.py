@@ -1,4 +1,5 @@
-"""UUID columns as text, in bulk, for columnar readers (the Spark source).
+"""UUID columns as text, and the lines of NDJSON, in bulk, for columnar
+readers (the Spark source, ``message.arrow``).
 
 Each function has its numpy definition here; the native core, when built,
 does the same in one pass, and the test suite runs both (with
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from ._core import NATIVE
@@ -116,6 +118,13 @@ def format_uuid_strings(hi: Array, lo: Array) -> tuple[bytes, bytes]:
     if NATIVE is not None:
         uuids, producers = NATIVE.format_uuids(hi, lo)
         return bytes(uuids), bytes(producers)
+    return _format_numpy(hi, lo)
+
+
+def _format_numpy(hi: Array, lo: Array) -> tuple[bytes, bytes]:
+    """``format_uuid_strings``, in numpy."""
+    import numpy as np
+
     n = len(hi)
     raw: Array = np.empty((n, 16), dtype=np.uint8)
     raw[:, :8] = hi.astype(">u8").view(np.uint8).reshape(-1, 8)
@@ -127,6 +136,96 @@ def format_uuid_strings(hi: Array, lo: Array) -> tuple[bytes, bytes]:
     text: Array = np.full((n, 36), ord("-"), dtype=np.uint8)
     text[:, list(_DIGIT_POSITIONS)] = digits
     return text.tobytes(), np.ascontiguousarray(digits[:, 20:]).tobytes()
+
+
+def envelope_fields(
+    hi: Array, lo: Array, allocate: Callable[[int], Any] = bytearray
+) -> tuple[Any, Any, Array, Array, Array]:
+    """What the envelope columns of ``message.arrow`` hold of UUIDs given as
+    uint64 halves: their texts (as :func:`format_uuid_strings`), their
+    clocks (int64), flags (int32) and publish times in microseconds since
+    the Unix epoch (int64, floored; meaningless where the clock is 0).
+
+    The native core writes them into buffers from ``allocate`` (a function
+    of a size in bytes giving a writable buffer: ``pyarrow.allocate_buffer``
+    puts them in Arrow's memory pool, which reuses its pages); the numpy
+    definition returns its own."""
+    import numpy as np
+
+    hi = np.ascontiguousarray(hi, dtype=np.uint64)
+    lo = np.ascontiguousarray(lo, dtype=np.uint64)
+    if NATIVE is None:
+        return _envelope_fields_numpy(hi, lo)
+    n = len(hi)
+    uuids, producers, clocks, flags, micros = (allocate(n * w) for w in (36, 12, 8, 4, 8))
+    NATIVE.envelope_fields(hi, lo, uuids, producers, clocks, flags, micros)
+    return (uuids, producers, np.frombuffer(clocks, dtype=np.int64, count=n),
+            np.frombuffer(flags, dtype=np.int32, count=n),
+            np.frombuffer(micros, dtype=np.int64, count=n))
+
+
+def _envelope_fields_numpy(hi: Array, lo: Array) -> tuple[bytes, bytes, Array, Array, Array]:
+    """``envelope_fields``, in numpy (the layout's numpy forms)."""
+    import numpy as np
+
+    from .layout import UUID_EPOCH_OFFSET, clocks_of, flags_of
+
+    uuids, producers = _format_numpy(hi, lo)
+    clocks = clocks_of(hi, lo)
+    micros = ((clocks >> np.uint64(4)).astype(np.int64) - UUID_EPOCH_OFFSET) // 10
+    return uuids, producers, clocks.astype(np.int64), flags_of(lo), micros
+
+
+def line_ends(data: Any) -> Array:
+    """The end of each line of ``data`` (any bytes-like object), relative to
+    its start and just past the line's newline, as int64; bytes after the
+    last newline are no line."""
+    import numpy as np
+
+    if NATIVE is not None:
+        ends: Array = np.frombuffer(NATIVE.line_ends(data), dtype=np.int64)
+        return ends
+    return (np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1).astype(np.int64)
+
+
+def prefixed_uuids(
+    data: Any, begins: Array, ends: Array, prefix: bytes, suffix: bytes, key: bytes
+) -> tuple[Array, Array] | None:
+    """The UUIDs of the lines ``[begins[i], ends[i])`` of ``data`` (whole
+    lines, end to end) as ``(hi, lo)`` uint64 halves, read from the bytes
+    where every line is laid out as ``prefix``, a canonical UUID, ``suffix``,
+    then ``,`` or ``}`` (as the NDJSON framing writes ``{"_meta":{"uuid":
+    "..."}`` first); None where one is not, where ``key`` (the quoted
+    top-level key of the UUID) occurs more than once in a line, or where the
+    bytes ``\\u`` occur at all (an escape could spell that key again)."""
+    import numpy as np
+
+    n = len(ends)
+    hi: Array = np.zeros(n, dtype=np.uint64)
+    lo: Array = np.zeros(n, dtype=np.uint64)
+    if NATIVE is not None:
+        ends = np.ascontiguousarray(ends, dtype=np.int64)
+        return (hi, lo) if NATIVE.prefixed_uuids(data, ends, prefix, suffix, key, hi, lo) else None
+    raw = bytes(data)
+    if b"\\u" in raw or raw.count(key) != n:
+        return None
+    width = len(prefix) + 36 + len(suffix) + 1
+    if n == 0:
+        return hi, lo
+    if bool((ends - begins < width).any()):
+        return None
+    head = np.frombuffer(raw, dtype=np.uint8)[begins[:, None] + np.arange(width)]
+    text = head[:, len(prefix) : len(prefix) + 36]
+    if not (
+        (head[:, : len(prefix)] == np.frombuffer(prefix, dtype=np.uint8)).all()
+        and (head[:, len(prefix) + 36 : -1] == np.frombuffer(suffix, dtype=np.uint8)).all()
+        and np.isin(head[:, -1], [ord(","), ord("}")]).all()
+    ):
+        return None
+    offsets = np.arange(0, 36 * (n + 1), 36, dtype=np.int32)
+    if _parse_canonical(np.ascontiguousarray(text).reshape(-1), offsets, hi, lo):
+        return None
+    return hi, lo
 
 
 def uuid_strings(producer: bytes, first_clock: int, count: int, flags: int) -> bytes:

@@ -1,9 +1,110 @@
 /*
  * Part of message/_native.c, which includes the parts in order as one
- * translation unit (their functions stay static): parse_uuids and format_uuids: UUID columns of the Spark source.
+ * translation unit (their functions stay static): parse_uuids and
+ * format_uuids, UUID columns of the Spark source and message.arrow; line_ends,
+ * the lines of an NDJSON window of message.arrow.
  */
 
 /* -- parse_uuids --------------------------------------------------------- */
+
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define HEX_SWAR 1
+#endif
+
+#ifdef HEX_SWAR
+/* The value of the 8 hex digits (either case) held in x, the first in its
+ * low byte, as one integer; 0 if any byte is no hex digit. All 8 at once in
+ * a 64-bit word: each byte's range is tested by an addition that sets its
+ * high bit (no byte carries into the next, as none is above 0x7F). */
+static inline int
+hex8_word(uint64_t x, uint32_t *out)
+{
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    if (x & high) {
+        return 0;
+    }
+    uint64_t lower = x | (0x20 * ones); /* 'A'-'F' as 'a'-'f'; digits unchanged */
+    uint64_t digit = (x + (0x80 - '0') * ones) & ~(x + (0x7F - '9') * ones);
+    uint64_t alpha = (lower + (0x80 - 'a') * ones) & ~(lower + (0x7F - 'f') * ones);
+    if (((digit | alpha) & high) != high) {
+        return 0;
+    }
+    /* Each byte's value: its low nibble, plus 9 for a letter. */
+    uint64_t v = (x & (0x0F * ones)) + ((alpha & high) >> 7) * 9;
+    /* Two nibbles to a byte, then the four bytes together, first highest. */
+    v = ((v << 4) | (v >> 8)) & 0x00FF00FF00FF00FFULL;
+    v = (v | (v >> 8)) & 0x0000FFFF0000FFFFULL;
+    v = (v | (v >> 16)) & 0xFFFFFFFFULL;
+    *out = __builtin_bswap32((uint32_t)v);
+    return 1;
+}
+
+static inline uint64_t
+load8(const unsigned char *p)
+{
+    uint64_t x;
+    memcpy(&x, p, 8);
+    return x;
+}
+
+/* The 8 bytes of the two groups of 4 at p and q, as one word. */
+static inline uint64_t
+load4_4(const unsigned char *p, const unsigned char *q)
+{
+    uint32_t a, b;
+    memcpy(&a, p, 4);
+    memcpy(&b, q, 4);
+    return (uint64_t)a | ((uint64_t)b << 32);
+}
+
+/* The canonical 8-4-4-4-12 text at p as halves; 0 if it is not one. */
+static inline int
+parse_canonical36(const unsigned char *p, uint64_t *hi, uint64_t *lo)
+{
+    uint32_t a, b, c, d;
+    if (p[8] != '-' || p[13] != '-' || p[18] != '-' || p[23] != '-'
+        || !hex8_word(load8(p), &a) || !hex8_word(load4_4(p + 9, p + 14), &b)
+        || !hex8_word(load4_4(p + 19, p + 24), &c) || !hex8_word(load8(p + 28), &d)) {
+        return 0;
+    }
+    *hi = ((uint64_t)a << 32) | b;
+    *lo = ((uint64_t)c << 32) | d;
+    return 1;
+}
+#else
+/* The value of 4 (8) hex digits at p; a byte that is no hex digit ORs a
+ * negative value into *bad. */
+static inline uint32_t
+hex4(const unsigned char *p, int *bad)
+{
+    int a = HEX[p[0]], b = HEX[p[1]], c = HEX[p[2]], d = HEX[p[3]];
+    *bad |= a | b | c | d;
+    return (uint32_t)(((a & 0xF) << 12) | ((b & 0xF) << 8) | ((c & 0xF) << 4) | (d & 0xF));
+}
+
+static inline uint32_t
+hex8(const unsigned char *p, int *bad)
+{
+    return (hex4(p, bad) << 16) | hex4(p + 4, bad);
+}
+
+/* The canonical 8-4-4-4-12 text at p as halves; 0 if it is not one. */
+static inline int
+parse_canonical36(const unsigned char *p, uint64_t *hi, uint64_t *lo)
+{
+    int bad = 0;
+    uint64_t vh = ((uint64_t)hex8(p, &bad) << 32) | ((uint64_t)hex4(p + 9, &bad) << 16)
+                  | hex4(p + 14, &bad);
+    uint64_t vl = ((uint64_t)hex4(p + 19, &bad) << 48) | ((uint64_t)hex4(p + 24, &bad) << 32)
+                  | hex8(p + 28, &bad);
+    if (bad < 0 || p[8] != '-' || p[13] != '-' || p[18] != '-' || p[23] != '-') {
+        return 0;
+    }
+    *hi = vh;
+    *lo = vl;
+    return 1;
+}
+#endif
 
 /* parse_uuids(data, offsets, hi, lo) -> list of rows not parsed
  *
@@ -31,33 +132,10 @@ parse_uuids(PyObject *module, PyObject *args)
     const int32_t *off = (const int32_t *)offsets.buf;
     const unsigned char *chars = (const unsigned char *)data.buf;
     uint64_t *h = (uint64_t *)hi.buf, *l = (uint64_t *)lo.buf;
-    static const unsigned char pos[32] = {
-        0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 14, 15, 16, 17,
-        19, 20, 21, 22, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35};
     for (Py_ssize_t i = 0; i < n; i++) {
         int32_t b = off[i], e = off[i + 1];
-        int ok = e - b == 36 && b >= 0 && e <= data.len;
-        if (ok) {
-            const unsigned char *p = chars + b;
-            ok = p[8] == '-' && p[13] == '-' && p[18] == '-' && p[23] == '-';
-            uint64_t vh = 0, vl = 0;
-            int bad = 0;
-            for (int k = 0; ok && k < 16; k++) {
-                int v = HEX[p[pos[k]]];
-                bad |= v;
-                vh = (vh << 4) | (uint64_t)(v & 0xF);
-            }
-            for (int k = 16; ok && k < 32; k++) {
-                int v = HEX[p[pos[k]]];
-                bad |= v;
-                vl = (vl << 4) | (uint64_t)(v & 0xF);
-            }
-            ok = ok && bad >= 0;
-            if (ok) {
-                h[i] = vh;
-                l[i] = vl;
-            }
-        }
+        int ok = e - b == 36 && b >= 0 && e <= data.len
+                 && parse_canonical36(chars + b, &h[i], &l[i]);
         if (!ok) {
             h[i] = l[i] = 0;
             PyObject *row = PyLong_FromSsize_t(i);
@@ -75,6 +153,47 @@ done:
     PyBuffer_Release(&hi);
     PyBuffer_Release(&lo);
     return out;
+}
+
+/* The two lower-case hex digits of each byte value. */
+static const char HEX_PAIRS[513] =
+    "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+    "202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f"
+    "404142434445464748494a4b4c4d4e4f505152535455565758595a5b5c5d5e5f"
+    "606162636465666768696a6b6c6d6e6f707172737475767778797a7b7c7d7e7f"
+    "808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f"
+    "a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7b8b9babbbcbdbebf"
+    "c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf"
+    "e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff";
+
+static inline void
+hex_byte(char *out, uint64_t v)
+{
+    memcpy(out, HEX_PAIRS + 2 * (v & 0xFF), 2);
+}
+
+/* The canonical 36-character text of the UUID (hi, lo) into out. */
+static inline void
+format_uuid36(char *u, uint64_t vh, uint64_t vl)
+{
+    /* 8-4-4-4-12 digits: bytes 0-3, 4-5, 6-7 of hi, then 0-1, 2-7 of lo. */
+    hex_byte(u + 0, vh >> 56);
+    hex_byte(u + 2, vh >> 48);
+    hex_byte(u + 4, vh >> 40);
+    hex_byte(u + 6, vh >> 32);
+    u[8] = '-';
+    hex_byte(u + 9, vh >> 24);
+    hex_byte(u + 11, vh >> 16);
+    u[13] = '-';
+    hex_byte(u + 14, vh >> 8);
+    hex_byte(u + 16, vh);
+    u[18] = '-';
+    hex_byte(u + 19, vl >> 56);
+    hex_byte(u + 21, vl >> 48);
+    u[23] = '-';
+    for (int k = 0; k < 6; k++) {
+        hex_byte(u + 24 + 2 * k, vl >> (40 - 8 * k));
+    }
 }
 
 /* format_uuids(hi, lo) -> (uuids, producers)
@@ -100,19 +219,11 @@ format_uuids(PyObject *module, PyObject *args)
     if (producers == NULL) {
         goto done;
     }
-    static const char digits[] = "0123456789abcdef";
     const uint64_t *h = (const uint64_t *)hi.buf, *l = (const uint64_t *)lo.buf;
     char *u = PyBytes_AS_STRING(uuids), *p = PyBytes_AS_STRING(producers);
     for (Py_ssize_t i = 0; i < n; i++, u += 36, p += 12) {
         uint64_t vh = h[i], vl = l[i];
-        int k = 0;
-        for (int d = 0; d < 32; d++) {
-            if (d == 8 || d == 12 || d == 16 || d == 20) {
-                u[k++] = '-';
-            }
-            uint64_t v = d < 16 ? vh >> (60 - 4 * d) : vl >> (60 - 4 * (d - 16));
-            u[k++] = digits[v & 0xF];
-        }
+        format_uuid36(u, vh, vl);
         memcpy(p, u + 24, 12);
     }
     out = PyTuple_Pack(2, uuids, producers);
@@ -121,5 +232,177 @@ done:
     Py_XDECREF(producers);
     PyBuffer_Release(&hi);
     PyBuffer_Release(&lo);
+    return out;
+}
+
+/* envelope_fields(hi, lo, uuids, producers, clocks, flags, micros)
+ *
+ * What message.arrow's envelope columns hold of n UUIDs given as uint64
+ * halves, in one pass, written into the five writable buffers given (the
+ * caller's memory: Arrow's pool, say): format_uuids' two texts, and, as
+ * values laid end to end, the clocks (int64), the flags (int32) and the
+ * publish times in microseconds since the Unix epoch (int64, floored;
+ * meaningless where the clock is 0). */
+static PyObject *
+envelope_fields(PyObject *module, PyObject *args)
+{
+    Py_buffer hi, lo, o[5];
+    if (!PyArg_ParseTuple(args, "y*y*w*w*w*w*w*:envelope_fields", &hi, &lo, &o[0], &o[1],
+                          &o[2], &o[3], &o[4])) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    Py_ssize_t n = hi.len / (Py_ssize_t)sizeof(uint64_t);
+    static const Py_ssize_t width[5] = {36, 12, 8, 4, 8};
+    int ok = lo.len == hi.len;
+    for (int k = 0; k < 5; k++) {
+        ok = ok && o[k].len >= n * width[k];
+    }
+    if (!ok) {
+        PyErr_SetString(PyExc_ValueError, "envelope_fields: buffer sizes do not match");
+        goto done;
+    }
+    const uint64_t *h = (const uint64_t *)hi.buf, *l = (const uint64_t *)lo.buf;
+    char *u = o[0].buf, *p = o[1].buf;
+    int64_t *clocks = o[2].buf;
+    int32_t *flags = o[3].buf;
+    int64_t *micros = o[4].buf;
+    for (Py_ssize_t i = 0; i < n; i++, u += 36, p += 12) {
+        format_uuid36(u, h[i], l[i]);
+        memcpy(p, u + 24, 12);
+        uint64_t c = clock_of(h[i], l[i]);
+        clocks[i] = (int64_t)c;
+        flags[i] = (int32_t)flags_of(l[i]);
+        /* 100 ns units since the UUID epoch, to floored microseconds since 1970. */
+        int64_t t = (int64_t)(c >> 4) - (int64_t)UUID_EPOCH_OFFSET;
+        micros[i] = t >= 0 ? t / 10 : -((-t + 9) / 10);
+    }
+    out = Py_NewRef(Py_None);
+done:
+    for (int k = 0; k < 5; k++) {
+        PyBuffer_Release(&o[k]);
+    }
+    PyBuffer_Release(&hi);
+    PyBuffer_Release(&lo);
+    return out;
+}
+
+/* -- prefixed_uuids ------------------------------------------------------- */
+
+/* The first occurrence of needle (m >= 1 bytes) in [p, end), or NULL. */
+static const char *
+find_bytes(const char *p, const char *end, const char *needle, size_t m)
+{
+    if (end - p < (ptrdiff_t)m) {
+        return NULL;
+    }
+#ifdef __GLIBC__
+    return memmem(p, (size_t)(end - p), needle, m);
+#else
+    for (; end - p >= (ptrdiff_t)m; p++) {
+        p = memchr(p, needle[0], (size_t)(end - p) - m + 1);
+        if (p == NULL || memcmp(p, needle, m) == 0) {
+            return p;
+        }
+    }
+    return NULL;
+#endif
+}
+
+/* prefixed_uuids(data, ends, prefix, suffix, key, hi, lo) -> bool
+ *
+ * The UUIDs of the lines of data (n of them, ending at ends, n int64) read
+ * straight from the bytes, into hi and lo, if every line is laid out as
+ * prefix, a canonical UUID, suffix, then ',' or '}'; and if key occurs once
+ * per line (in its prefix: no other key of that name) and the bytes '\u'
+ * nowhere in data (an escape could spell that key otherwise: any other
+ * escape spells no letter). False, with hi and lo undefined, if not. */
+static PyObject *
+prefixed_uuids(PyObject *module, PyObject *args)
+{
+    Py_buffer data, ends, prefix, suffix, key, hi, lo;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*:prefixed_uuids", &data, &ends, &prefix,
+                          &suffix, &key, &hi, &lo)) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    Py_ssize_t n = ends.len / (Py_ssize_t)sizeof(int64_t);
+    if (hi.len != n * 8 || lo.len != n * 8 || key.len < 1) {
+        PyErr_SetString(PyExc_ValueError, "prefixed_uuids: buffer sizes do not match");
+        goto done;
+    }
+    const char *base = data.buf, *stop = base + data.len;
+    const int64_t *e = ends.buf;
+    uint64_t *h = hi.buf, *l = lo.buf;
+    Py_ssize_t plen = prefix.len, slen = suffix.len, width = plen + 36 + slen + 1;
+    int ok = 1;
+    int64_t b = 0;
+    for (Py_ssize_t i = 0; ok && i < n; b = e[i++]) {
+        const char *p = base + b;
+        ok = e[i] - b >= width && e[i] <= data.len && memcmp(p, prefix.buf, (size_t)plen) == 0
+             && parse_canonical36((const unsigned char *)p + plen, &h[i], &l[i])
+             && memcmp(p + plen + 36, suffix.buf, (size_t)slen) == 0
+             && (p[width - 1] == ',' || p[width - 1] == '}');
+    }
+    Py_ssize_t count = 0;
+    for (const char *p = base; ok && (p = find_bytes(p, stop, key.buf, (size_t)key.len)) != NULL;
+         p += key.len) {
+        ok = ++count <= n;
+    }
+    ok = ok && count == n;
+    for (const char *p = base; ok && (p = memchr(p, '\\', (size_t)(stop - p))) != NULL; p++) {
+        ok = p + 1 == stop || p[1] != 'u';
+    }
+    out = PyBool_FromLong(ok);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&ends);
+    PyBuffer_Release(&prefix);
+    PyBuffer_Release(&suffix);
+    PyBuffer_Release(&key);
+    PyBuffer_Release(&hi);
+    PyBuffer_Release(&lo);
+    return out;
+}
+
+/* -- line_ends ------------------------------------------------------------ */
+
+/* line_ends(data) -> bytes
+ *
+ * The end (relative, just past its '\n') of each line of data, as int64
+ * values laid end to end; bytes after the last '\n' are no line. */
+static PyObject *
+line_ends(PyObject *module, PyObject *arg)
+{
+    Py_buffer data;
+    if (PyObject_GetBuffer(arg, &data, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    PyObject *out = NULL;
+    const char *start = (const char *)data.buf, *stop = start + data.len;
+    /* One pass, into a buffer that grows (NDJSON lines are rarely short). */
+    Py_ssize_t n = 0, cap = data.len / 64 + 16;
+    int64_t *ends = PyMem_Malloc((size_t)cap * sizeof(int64_t));
+    if (ends == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (const char *p = start; p < stop && (p = memchr(p, '\n', (size_t)(stop - p))) != NULL;
+         p++) {
+        if (n == cap) {
+            cap *= 2;
+            int64_t *more = PyMem_Realloc(ends, (size_t)cap * sizeof(int64_t));
+            if (more == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            ends = more;
+        }
+        ends[n++] = (int64_t)(p - start) + 1;
+    }
+    out = PyBytes_FromStringAndSize((const char *)ends, n * (Py_ssize_t)sizeof(int64_t));
+done:
+    PyMem_Free(ends);
+    PyBuffer_Release(&data);
     return out;
 }

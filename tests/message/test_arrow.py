@@ -33,6 +33,7 @@ from message import (  # noqa: E402
     ReadUncommittedIter,
     Sequencer,
     Transaction,
+    _core,
     get_flags,
 )
 from message.arrow import (  # noqa: E402
@@ -264,6 +265,128 @@ def test_blank_lines_and_values_of_another_type_take_the_exact_path(tmp_path: An
         assert table["n"].to_pylist() == [0, 1, 2, None, 4, 5]
 
 
+_LINE_PARTS = st.sampled_from([
+    b'{"_meta":{"uuid":"%s"},"n":1}', b'{"_meta":{"uuid":"%s"}}',
+    b'{"_meta":{"uuid":"%s"},"s":"a"}',
+    b'{"_meta":{"uuid":"%s"},"_meta":{"uuid":"%s"}}', b'{"_meta":{"uuid":"%s"},"\\u005fmeta":1}',
+    b'{"_meta":{"uuid":"%s"},"s":"\\\\u"}', b'{"_meta":{"uuid":"%s"},"s":"_meta"}',
+    b'{"_meta":{"uuid":"%s"},"s":"\\"_meta\\""}', b'{"_meta":{"uuid":"%s","x":1}}',
+    b'{"_meta": {"uuid":"%s"}}', b'{"s":1,"_meta":{"uuid":"%s"}}', b'{"_meta":{"uuid":"%s"}x',
+    b'{"_meta":{"uuid":"%s"}', b'{"uuid":"%s"}',
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(_LINE_PARTS, st.sampled_from(
+    ["9f2a6e1c-0000-1000-8000-0a0b0c0d0e0f", "9F2A6E1C-0000-1000-8000-0A0B0C0D0E0F",
+     "9f2a6e1c-0000-1000-8000-0a0b0c0d0e0", "9f2a6e1c00001000-8000-0a0b0c0d0e0f0",
+     "{9f2a6e1c-0000-1000-8000-0a0b0c0d0e}", "9f2a6e1c-0000-1000-8000-0a0b0c0d0e0g"])),
+    max_size=8), st.sampled_from([("_meta", "uuid"), ("uuid",)]))
+def test_uuids_from_the_bytes_of_lines(
+    lines: list[tuple[bytes, str]], path: tuple[str, ...]
+) -> None:
+    """``prefixed_uuids`` reads the UUIDs of lines that begin with them as
+    the framing writes them, and gives up on anything else: another key of
+    the UUID's name (spelled with an escape too), a UUID not canonical, a
+    layout of its own. Native and numpy agree."""
+    import numpy as np
+
+    from message import columns
+
+    raw = [part.replace(b"%s", text.encode()) for part, text in lines]
+    data = b"".join(line + b"\n" for line in raw)
+    ends = np.cumsum([len(line) + 1 for line in raw]).astype(np.int64)
+    begins = ends - np.array([len(line) + 1 for line in raw], dtype=np.int64)
+    keys = [orjson.dumps(k) for k in path]
+    layout = (b"{" + b"".join(k + b":{" for k in keys[:-1]) + keys[-1] + b':"',
+              b'"' + b"}" * (len(path) - 1), keys[0])
+    got = columns.prefixed_uuids(data, begins, ends, *layout)
+    if got is not None and raw:  # then each line holds its UUID once, where Arrow finds it
+        table = pa.json.read_json(pa.BufferReader(data))
+        col: Any = table.column(path[0]).combine_chunks()
+        for key in path[1:]:
+            col = col.field(key)
+        want = [uuid.UUID(text).int for text in col.to_pylist()]
+        assert [(int(h) << 64) | int(v) for h, v in zip(*got, strict=True)] == want
+    if _core.NATIVE is not None:
+        hi, lo = np.zeros(len(raw), np.uint64), np.zeros(len(raw), np.uint64)
+        assert _core.NATIVE.prefixed_uuids(data, ends, *layout, hi, lo) == (got is not None)
+        saved = columns.NATIVE
+        columns.NATIVE = None
+        try:
+            again = columns.prefixed_uuids(data, begins, ends, *layout)
+        finally:
+            columns.NATIVE = saved
+        if again is None or got is None:
+            assert again is None and got is None
+        else:
+            assert again[0].tolist() == got[0].tolist() and again[1].tolist() == got[1].tolist()
+
+
+def test_lines_with_their_uuid_key_twice_take_arrows_way(tmp_path: Any) -> None:
+    """A document whose UUID's key comes twice (plainly, or spelled with an
+    escape) is not read from its bytes: the rows are ReadCommittedIter's."""
+    with LocalJournalStore(tmp_path) as store:
+        store.create("docs", NDJSON)
+        u = [str(uuid.UUID(int=(0x1EF00000 << 96) | (i << 64) | (0x8000 << 48) | 7))
+             for i in range(1, 5)]
+        lines = [
+            '{"_meta":{"uuid":"U0"},"s":"a","n":1}',
+            '{"_meta":{"uuid":"U1"},"s":"b","n":2,"\\u005fmeta":{"uuid":"U2"}}',
+            '{"_meta":{"uuid":"U3"},"s":"c","n":3}',
+        ]
+        for i, text in enumerate(u):
+            lines = [line.replace(f"U{i}", text) for line in lines]
+        store.append("docs", "".join(line + "\n" for line in lines).encode()).result()
+        expected = _iter_rows(ReadCommittedIter(store, "docs", _new_doc))
+        assert _batch_rows(ReadCommittedArrow(store, "docs", schema=SCHEMA)) == expected
+
+
+class _CountingClient(MemoryJournalClient):
+    """Counts the reads of journals."""
+
+    reads = 0
+
+    def read(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads += 1
+        return super().read(*args, **kwargs)
+
+
+@pytest.mark.parametrize(("batch", "one_read"), [(150, False), (1500, True)])
+def test_spans_across_windows_are_replayed_from_memory(batch: int, one_read: bool) -> None:
+    """Transactions of interleaved producers, each spanning several windows
+    (some rolled back, some of duplicates), give ReadCommittedIter's rows.
+    The frames of the spans open at a window's end are kept (up to
+    ``batch_bytes`` of them): committing them reads nothing again; beyond
+    that, they are read again from the journal."""
+    from message import Flags, build_uuid
+
+    client = _CountingClient()
+    client.create("txns", NDJSON)
+    producers = [bytes([0, 0, 0, 0, 0, p]) for p in range(1, 4)]
+    clock = [100, 100, 100]
+    lines = []
+    for step in range(60):
+        i = step % 3
+        clock[i] += 1
+        flags = Flags.ACK_TXN if step % 7 == i else Flags.CONTINUE_TXN
+        if step % 11 == 0:
+            clock[i] -= 1  # a duplicate clock: dropped
+        if step == 40:
+            flags, clock[i] = Flags.ACK_TXN, 50  # a roll-back
+        doc = {"_meta": {"uuid": str(build_uuid(producers[i], clock[i], flags))}, "s": "x",
+               "n": step}
+        lines.append(orjson.dumps(doc) + b"\n")
+    client.append("txns", b"".join(lines)).result()
+    expected = _iter_rows(_committed(client, "txns", 4))
+    assert len(expected) > 10
+    client.reads = 0
+    got = _batch_rows(ReadCommittedArrow(client, "txns", schema=SCHEMA, batch_bytes=batch))
+    assert got == expected
+    # 4.3 kB in windows of 1500 bytes: the open spans fit; in windows of 150, not.
+    assert (client.reads == 1) == one_read
+
+
 # -- rows back into frames ----------------------------------------------------
 
 
@@ -322,3 +445,108 @@ def test_ndjson_frames_are_json_documents_framed_one_by_one() -> None:
     assert ndjson_frames(batch, uuids, ("s", "uuid")) is None  # the UUID would go inside "s"
     with pytest.raises(ValueError, match="bytes of UUIDs"):
         ndjson_frames(batch, uuids[:-1])
+
+
+# -- the native core against the numpy definitions ------------------------------
+
+needs_native = pytest.mark.skipif(_core.NATIVE is None, reason="the native core is not in use")
+
+
+@st.composite
+def _frame_columns(draw: Any) -> tuple[Any, ...]:
+    """Frames as columns (offsets, producers, clocks, flags: duplicates,
+    roll-backs, reused clocks, unknown flags, clock 0), some marked replayed,
+    and producer states before them (some with an open span)."""
+    import numpy as np
+
+    from message._columnar import ProducerColumns
+
+    n = draw(st.integers(0, 60))
+    producers = draw(st.lists(st.integers(0, 5), min_size=n, max_size=n))
+    clocks = draw(st.lists(st.integers(0, 12), min_size=n, max_size=n))
+    flags = draw(st.lists(st.sampled_from([0, 0, 1, 1, 1, 2, 2, 3]), min_size=n, max_size=n))
+    replayed = draw(st.integers(0, n))
+    known = draw(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 12), st.integers(-1, 3)),
+                          max_size=6))
+    states = ProducerColumns.of([(p, a, b if b < 0 else 100 * b) for p, a, b in known])
+    mask = np.zeros(n, dtype=bool)
+    mask[:replayed] = True
+    return (np.arange(n, dtype=np.int64) * 10, np.array(producers, dtype=np.uint64),
+            np.array(clocks, dtype=np.uint64), np.array(flags, dtype=np.int32), states,
+            mask if replayed and draw(st.booleans()) else None)
+
+
+@needs_native
+@settings(max_examples=400, deadline=None)
+@given(_frame_columns())
+def test_native_sequence_columns_is_the_numpy_definition(cols: tuple[Any, ...]) -> None:
+    """The native ``sequence_columns`` gives the numpy definition's commit
+    offsets and producer states, for any frames and states."""
+    import numpy as np
+
+    from message._columnar import numpy_sequence_columns, sequence_columns
+
+    begin, producers, clocks, flags, states, replayed = cols
+    want, want_states = numpy_sequence_columns(begin, producers, clocks, flags, states, replayed)
+    got, got_states = sequence_columns(begin, producers, clocks, flags, states, replayed)
+    assert got.tolist() == want.tolist()
+    for name in ("producers", "last_ack", "begin"):
+        assert np.asarray(getattr(got_states, name)).tolist() == \
+            np.asarray(getattr(want_states, name)).tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300), st.lists(st.integers(0, 299), max_size=20))
+def test_line_ends_are_the_newlines(data: bytes, at: list[int]) -> None:
+    """``line_ends`` (native, or numpy with EXACTLY_PURE_PYTHON) is just past
+    each newline, in a bytes object or a slice of a buffer."""
+    from message.columns import line_ends
+
+    raw = bytearray(data)
+    for i in at:
+        if i < len(raw):
+            raw[i] = 10
+    want = [i + 1 for i, c in enumerate(raw) if c == 10]
+    assert line_ends(bytes(raw)).tolist() == want
+    view = memoryview(raw)[1:]
+    assert line_ends(view).tolist() == [i - 1 for i in want if i > 1]
+
+
+@needs_native
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.one_of(st.integers(0, 2**64 - 1), st.integers(0, 2**20)),
+                          st.integers(0, 2**64 - 1)), max_size=30),
+       st.lists(st.tuples(st.sampled_from(["", "x", "{", "G", "g", "-", "A", "f", "F", "@", "`",
+                                           ":", "/", "\x10", "\x19", "\x7f", "é", "A"]),
+                          st.integers(0, 34)), max_size=30))
+def test_native_uuid_columns_are_the_numpy_definitions(
+    halves: list[tuple[int, int]], spoil: list[tuple[str, int]]
+) -> None:
+    """Native UUID formatting, envelope fields (clocks, flags, publish times,
+    before 1970 too) and parsing against the numpy definitions: canonical
+    strings (lower and upper case), and ones spoiled here and there."""
+    import numpy as np
+
+    from message import columns
+
+    hi = np.array([h for h, _ in halves], dtype=np.uint64)
+    lo = np.array([v for _, v in halves], dtype=np.uint64)
+    text, producers = _core.NATIVE.format_uuids(hi, lo)
+    assert text == b"".join(str(uuid.UUID(int=(h << 64) | v)).encode() for h, v in halves)
+    assert producers == b"".join(f"{v & (2**48 - 1):012x}".encode() for _, v in halves)
+    native = columns.envelope_fields(hi, lo, pa.allocate_buffer)
+    numpy_fields = columns._envelope_fields_numpy(hi, lo)
+    assert [bytes(t) for t in native[:2]] == list(numpy_fields[:2]) == [text, producers]
+    for got, want in zip(native[2:], numpy_fields[2:], strict=True):
+        assert got.dtype == want.dtype and got.tolist() == want.tolist()
+    strings = [text[i:i + 36].decode() for i in range(0, len(text), 36)]
+    for i, (c, at) in enumerate(spoil[: len(strings)]):
+        s = strings[i]  # "é" is two bytes: it takes the place of two characters
+        strings[i] = s.upper() if c == "A" else s[:at] + c + s[at + 1 + (c == "é"):]
+    data = "".join(strings).encode()
+    offsets = np.cumsum([0] + [len(s.encode()) for s in strings]).astype(np.int32)
+    h1, l1 = np.zeros(len(strings), np.uint64), np.zeros(len(strings), np.uint64)
+    h2, l2 = np.zeros(len(strings), np.uint64), np.zeros(len(strings), np.uint64)
+    rest = _core.NATIVE.parse_uuids(data, offsets, h1, l1)
+    assert rest == columns._parse_canonical(np.frombuffer(data, np.uint8), offsets, h2, l2)
+    assert h1.tolist() == h2.tolist() and l1.tolist() == l2.tolist()
