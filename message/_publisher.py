@@ -149,11 +149,7 @@ class Publisher:
             frame = framing.marshal(msg)
             future = self._client.append(journal, frame)
             if flags == _CONTINUE:
-                if journal not in self._pending:
-                    self._pending[journal] = msg
-                    # A reader that never saw this producer in the journal
-                    # starts it at (first clock - 1): roll back to that.
-                    self._txn_base[journal] = self._last_commit.get(journal, clock - 1)
+                self._join_transaction(journal, msg, clock)
             else:
                 self._last_commit[journal] = clock
         finally:
@@ -200,12 +196,18 @@ class Publisher:
             if self._own_clock:
                 self._clock.update()  # our own clock follows the wall clock, as publishes do
             first = self._clock.advance(count)
-            data = frame(first)
-            future = self._client.append(journal, data)
-            if journal not in self._pending:
-                self._pending[journal] = ack
-                self._txn_base[journal] = self._last_commit.get(journal, first - 1)
+            future = self._client.append(journal, frame(first))
+            self._join_transaction(journal, ack, first)
         return future
+
+    def _join_transaction(self, journal: str, msg: Message, clock: int) -> None:
+        """Under the lock: ``journal`` has a message of the open transaction
+        with ``clock``, the first of its messages there unless it has one."""
+        if journal not in self._pending:
+            self._pending[journal] = msg
+            # A reader that never saw this producer in the journal starts it
+            # at (first clock - 1): roll back to that.
+            self._txn_base[journal] = self._last_commit.get(journal, clock - 1)
 
     def _intents(self, rollback: bool) -> list[AckIntent]:
         with self._lock:

@@ -238,8 +238,10 @@ def _field_of(column: Any) -> str:
     return str(column.name)
 
 
-def _max_bytes_per_trigger(options: Mapping[str, str]) -> int | None:
-    value = options.get("max_bytes_per_trigger")
+def _positive_option(options: Mapping[str, str], name: str, what: str) -> int | None:
+    """Option ``name`` as a whole number of at least 1, or None if not given;
+    ``what`` says what it counts, in the error for any other value."""
+    value = options.get(name)
     if value is None:
         return None
     try:
@@ -247,8 +249,12 @@ def _max_bytes_per_trigger(options: Mapping[str, str]) -> int | None:
     except ValueError:
         n = 0
     if n < 1:
-        raise ValueError(f"max_bytes_per_trigger must be a positive number of bytes, not {value!r}")
+        raise ValueError(f"{name} must be {what}, not {value!r}")
     return n
+
+
+def _max_bytes_per_trigger(options: Mapping[str, str]) -> int | None:
+    return _positive_option(options, "max_bytes_per_trigger", "a positive number of bytes")
 
 
 def _include_acks(options: Mapping[str, str]) -> bool:
@@ -456,19 +462,10 @@ def _create_target_journal(options: Mapping[str, str]) -> None:
 
 
 def _replication(options: Mapping[str, str], where: StoreOptions) -> int | None:
-    text = options.get("replication")
-    if text is None:
-        return None
-    if where.broker is None:
+    if options.get("replication") is not None and where.broker is None:
         raise ValueError("the option replication is for journals a write creates on a Gazette"
                          " cluster (option broker); the embedded store keeps one copy")
-    try:
-        replication = int(text)
-    except ValueError:
-        replication = 0
-    if replication < 1:
-        raise ValueError(f"replication must be a whole number of brokers, at least 1, not {text!r}")
-    return replication
+    return _positive_option(options, "replication", "a whole number of brokers, at least 1")
 
 
 _CONTENT_TYPES: Final = {

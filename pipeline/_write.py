@@ -146,6 +146,10 @@ class Target:
             ct = specs[0].content_type or ""
             return lambda msg: (specs[0].name, ct)
         key_of = _key_func(self.content_type(client), names, self.key or "")
+        return self._by_key(key_of, specs)
+
+    def _by_key(self, key_of: Callable[[Any], str | bytes], specs: list[JournalSpec]
+                ) -> MappingFunc:
         make = modulo_mapping if self.mapping == "modulo" else rendezvous_mapping
         return make(key_of, lambda: specs, hash=self.hash)
 
@@ -155,9 +159,7 @@ class Target:
         if self.journal is not None:
             journal = self.journal
             return lambda value: journal
-        specs = self.partitions(client)
-        make = modulo_mapping if self.mapping == "modulo" else rendezvous_mapping
-        by_text = make(_same_text, lambda: specs, hash=self.hash)
+        by_text = self._by_key(_same_text, self.partitions(client))
         memo: dict[str | bytes, str] = {}
 
         def journal_of(value: Any) -> str:
@@ -359,10 +361,11 @@ class _Attempt:
             target, names = self.target, batch.schema.names
             ct = self.content_type = target.content_type(self.store)
             self.mapping = _Mapped(target.mapping_func(self.store, names))
-            self.journal_of_key = target.journal_of_key(self.store, names)
             uuid_path = target.content.uuid_path
             self.bulk_ok = (self.bulk_wanted and ct == CONTENT_TYPE_JSON_LINES
                             and bool(uuid_path) and uuid_path[0] not in names)
+            if self.bulk_ok:
+                self.journal_of_key = target.journal_of_key(self.store, names)
         self.clock.update()  # timestamps follow the wall clock, batch by batch
         if self.bulk_ok:
             self.bulk(batch)

@@ -387,6 +387,27 @@ set_uuid(Publisher *p, PyObject *msg, PyObject *u)
     return res ? 0 : -1;
 }
 
+/* Under the lock: journal has a message (msg) of the open transaction with
+ * `clock`, the first of its messages there unless it has one already.
+ * 0, or -1 on error. */
+static int
+join_transaction(Publisher *p, PyObject *journal, PyObject *msg, uint64_t clock)
+{
+    int known = PyDict_Contains(p->pending, journal);
+    if (known != 0) {
+        return known < 0 ? -1 : 0;
+    }
+    /* A reader that never saw this producer in the journal starts it at
+     * (first clock - 1): roll back to that. */
+    PyObject *base = PyDict_GetItemWithError(p->last_commit, journal);
+    PyObject *below = base ? Py_NewRef(base)
+                           : (PyErr_Occurred() ? NULL : PyLong_FromUnsignedLongLong(clock - 1));
+    int rc = (below == NULL || PyDict_SetItem(p->pending, journal, msg) < 0
+              || PyDict_SetItem(p->txn_base, journal, below) < 0) ? -1 : 0;
+    Py_XDECREF(below);
+    return rc;
+}
+
 static PyObject *
 publish(Publisher *p, PyObject *mapping, PyObject *msg, unsigned flags)
 {
@@ -450,21 +471,7 @@ publish(Publisher *p, PyObject *mapping, PyObject *msg, unsigned flags)
     }
     int rc = 0;
     if (flags == CONTINUE_TXN) {
-        int known = PyDict_Contains(p->pending, journal);
-        if (known < 0) {
-            rc = -1;
-        }
-        else if (!known) {
-            /* A reader that never saw this producer in the journal starts
-             * it at (first clock - 1): roll back to that. */
-            PyObject *base = PyDict_GetItemWithError(p->last_commit, journal);
-            PyObject *below = base ? Py_NewRef(base)
-                                   : (PyErr_Occurred() ? NULL
-                                                       : PyLong_FromUnsignedLongLong(clock - 1));
-            rc = (below == NULL || PyDict_SetItem(p->pending, journal, msg) < 0
-                  || PyDict_SetItem(p->txn_base, journal, below) < 0) ? -1 : 0;
-            Py_XDECREF(below);
-        }
+        rc = join_transaction(p, journal, msg, clock);
     }
     else {
         rc = PyDict_SetItem(p->last_commit, journal, clock_obj);
@@ -549,19 +556,7 @@ publisher_publish_uncommitted_frames(Publisher *p, PyObject *const *args, Py_ssi
     if (future == NULL) {
         goto done;
     }
-    int known = PyDict_Contains(p->pending, journal);
-    int rc = known < 0 ? -1 : 0;
-    if (known == 0) {
-        /* A reader that never saw this producer in the journal starts it at
-         * (first clock - 1): roll back to that. */
-        PyObject *base = PyDict_GetItemWithError(p->last_commit, journal);
-        PyObject *below = base ? Py_NewRef(base)
-                               : (PyErr_Occurred() ? NULL : PyLong_FromUnsignedLongLong(first - 1));
-        rc = (below == NULL || PyDict_SetItem(p->pending, journal, ack) < 0
-              || PyDict_SetItem(p->txn_base, journal, below) < 0) ? -1 : 0;
-        Py_XDECREF(below);
-    }
-    if (rc < 0) {
+    if (join_transaction(p, journal, ack, first) < 0) {
         Py_CLEAR(future);
     }
 done:
