@@ -24,8 +24,8 @@ from itertools import accumulate, islice, repeat
 from typing import Final
 
 from ._errors import JournalClosedError, JournalError
-from ._future import AppendFuture
-from ._pending import Pending
+from ._future import AppendFuture, new_future
+from ._pending import NATIVE, Pending
 from ._spec import AppendResult
 
 #: A batch holds at most this many bytes (unless one append is larger):
@@ -42,12 +42,39 @@ _new_result: Final[Callable[[tuple[str, int, int]], AppendResult]] = partial(
 )
 
 
-def batch_results(journal: str, begin: int, data: list[bytes]) -> list[AppendResult]:
+def py_batch_results(journal: str, begin: int, data: list[bytes]) -> list[AppendResult]:
     """The result of each append of ``data``, landed in order from ``begin``."""
     bounds = list(accumulate(map(len, data), initial=begin))
     # One item more in bounds than in data: zip stops at the shortest on purpose.
     ends = islice(bounds, 1, None)
     return list(map(_new_result, zip(repeat(journal), bounds, ends, strict=False)))
+
+
+#: ``py_batch_results``, natively where built (its results, like the
+#: futures they resolve, out of the cyclic garbage collector: see _future.py).
+batch_results: Callable[[str, int, list[bytes]], list[AppendResult]] = (
+    py_batch_results if NATIVE is None else partial(NATIVE.append_results, AppendResult)
+)
+
+
+#: A client's append(name, data).
+Appender = Callable[[str, bytes], Future[AppendResult]]
+
+
+def append_router(
+    queues: dict[str, AppendQueue], max_size: int, append: Appender
+) -> Appender | None:
+    """What a client binds as its instance's ``append``: where the native core
+    is built, one that hands bytes of at most ``max_size`` to the journal's
+    queue in ``queues`` (a dict the client keeps up to date) with no Python
+    code run, and calls ``append`` (the client's own method, the definition)
+    for anything else; None where it is not built (``append`` itself stays)."""
+    if NATIVE is None:
+        return None
+    router: Appender = NATIVE.AppendRouter(
+        queues, max_size, append
+    )
+    return router
 
 
 class AppendQueue:
@@ -72,7 +99,7 @@ class AppendQueue:
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._done = threading.Condition(self._lock)
-        self._pending = Pending(AppendFuture, self._closed, self._start, self._wake)
+        self._pending = Pending(new_future, self._closed, self._start, self._wake)
         # submit() is _pending's own, without a call in between (per append).
         self.submit = self._pending.submit  # type: ignore[method-assign]
         self._thread: threading.Thread | None = None
@@ -161,11 +188,14 @@ class AppendQueue:
         ends: list[int] = []  # ends[i]: the size of data[: i + 1]
         pos = 0
         done: _Batch | None = None  # a finished batch whose futures are not resolved yet
+        batch: _Batch | None = None
         while True:
             if pos == len(futures):
                 if done is not None:
                     self._resolve(done)
                     done = None
+                # Hold no future of a resolved batch while idle.
+                batch = None
                 data, futures = pending.take()
                 while not futures:
                     if not pending.stopping:

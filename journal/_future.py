@@ -14,24 +14,39 @@ Everything that reads or waits goes through ``_condition``, exactly as in
 ``Future``; ``_MAKE`` makes the lazy creation and the Condition-free
 resolution atomic with respect to each other, so a waiter either finds the
 future already finished or is notified through the Condition it created.
+
+Until then, a future holds only its state and its result (an
+``AppendResult`` of a string and two integers), which can form no reference
+cycle: ``new_future`` makes it outside the cyclic garbage collector, and it
+goes back under it as soon as it gets a Condition (waiters, callbacks) or
+an exception (whose traceback may refer to it). Appends queued by the
+hundred thousand are thus not gone over by every collection: measured, the
+collector took half the CPU time of 100-byte appends to a Gazette cluster.
+(CPython does the same for its tuples and dicts of atomic values.) Set no
+other attribute on an append future: one that refers back to it would not
+be collected.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
-from concurrent.futures._base import (
-    CANCELLED,
-    CANCELLED_AND_NOTIFIED,
-    FINISHED,
-    PENDING,
-    RUNNING,
-)
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
+
+from ._pending import NATIVE
 
 T = TypeVar("T")
 
 _MAKE = threading.Lock()
+
+# The states of a Future, as concurrent.futures spells them (it does not
+# export them; tests/journal holds these to a Future's own).
+PENDING: Final = "PENDING"
+RUNNING: Final = "RUNNING"
+CANCELLED: Final = "CANCELLED"
+CANCELLED_AND_NOTIFIED: Final = "CANCELLED_AND_NOTIFIED"
+FINISHED: Final = "FINISHED"
 
 
 _DONE = frozenset({CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED})
@@ -63,6 +78,7 @@ class AppendFuture(Future[T], Generic[T]):
             with _MAKE:
                 cond = self._cond
                 if cond is None:
+                    _track(self)  # Waiters and callbacks may refer to the future.
                     self._waiters = []
                     self._done_callbacks = []
                     cond = self._cond = threading.Condition()
@@ -75,6 +91,8 @@ class AppendFuture(Future[T], Generic[T]):
                 return False
             if self._state not in (PENDING, RUNNING):
                 raise InvalidStateError(f"{self._state}: {self!r}")
+            if exc is not None:
+                _track(self)  # An exception's traceback may refer to the future.
             self._result, self._exception = result, exc
             self._state = FINISHED
         # Nobody held the Condition, so no waiter was installed; callbacks
@@ -129,6 +147,7 @@ class AppendFuture(Future[T], Generic[T]):
             if error is not None:
                 for f in futures[len(results) :]:
                     if f._cond is None and f._state == RUNNING:
+                        _track(f)
                         f._exception = error
                         f._state = FINISHED
                     else:
@@ -157,3 +176,16 @@ class AppendFuture(Future[T], Generic[T]):
     def set_exception(self, exception: BaseException | None) -> None:
         if not self._resolve_fast(None, exception):
             super().set_exception(exception)
+
+
+def _track_nothing(_future: object) -> None:
+    """Futures made by ``AppendFuture`` itself are never out of the collector."""
+
+
+#: ``new_future()`` is a new ``AppendFuture``; where the native core is
+#: built, one out of the cyclic garbage collector (see the module docstring),
+#: and ``_track`` puts it back under the collector.
+new_future: Callable[[], AppendFuture[Any]] = (
+    AppendFuture if NATIVE is None else NATIVE.make_untracked(AppendFuture)
+)
+_track: Callable[[object], None] = _track_nothing if NATIVE is None else NATIVE.track

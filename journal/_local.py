@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Final, Self, final
 
-from ._append_queue import flush_queues
+from ._append_queue import append_router, flush_queues
 from ._check import JournalProblem, check_journal, quarantine_files
 from ._errors import (
     AppendTooLargeError,
@@ -126,6 +126,10 @@ class LocalJournalStore:
         os.makedirs(self.root, exist_ok=True)
         self._lock = threading.Lock()
         self._writers: dict[str, JournalWriter] = {}
+        # append() without Python code in the common case (journal/_append_queue.py).
+        router = append_router(self._writers, max_append_size, self.append)  # type: ignore[arg-type]
+        if router is not None:
+            self.append = router  # type: ignore[assignment]
         self._watcher = Watcher()
         self._verified: dict[tuple[int, int, int, int], None] = {}
         self._warned: set[tuple[str, int]] = set()  # (journal, seq) of damaged records
@@ -600,7 +604,7 @@ class LocalJournalStore:
         for w in self._writers.values():
             w.forget_after_fork()
         self._lock = threading.Lock()
-        self._writers = {}
+        self._writers.clear()  # (the same dict: append's router reads it)
         self._watcher.forget_after_fork()
         self._watcher = Watcher()
         weakref.finalize(self, self._watcher.close)

@@ -13,6 +13,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
+#include <stddef.h>
 #ifdef _WIN32
 #include <windows.h>
 #else
@@ -317,24 +318,266 @@ static PyTypeObject PendingType = {
     .tp_getset = pending_getset,
 };
 
+/*
+ * AppendRouter(queues, max_size, slow): a client's append(name, data) for
+ * the common case, without Python code: bytes of at most max_size to a
+ * journal whose append queue exists (queues: journal -> queue) go straight
+ * to that queue's submit(data). Anything else, or a submit that raises, is
+ * slow(name, data): the client's own append, which is the definition (and
+ * raises the right error).
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *queues;
+    PyObject *slow;
+    Py_ssize_t max_size;
+    vectorcallfunc vectorcall;
+} Router;
+
+static PyObject *str_submit;
+
+static PyObject *
+router_vectorcall(Router *r, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs == 2 && kwnames == NULL && PyBytes_CheckExact(args[1])
+        && PyBytes_GET_SIZE(args[1]) <= r->max_size) {
+        PyObject *queue = PyDict_GetItemWithError(r->queues, args[0]); /* borrowed */
+        if (queue != NULL) {
+            PyObject *call_args[2] = {queue, args[1]};
+            PyObject *future = PyObject_VectorcallMethod(
+                str_submit, call_args, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            if (future != NULL) {
+                return future;
+            }
+        }
+        if (PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+                return NULL;
+            }
+            PyErr_Clear(); /* The slow path decides (and raises the right error). */
+        }
+    }
+    return PyObject_Vectorcall(r->slow, args, nargsf, kwnames);
+}
+
+static PyObject *
+router_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"queues", "max_size", "slow", NULL};
+    PyObject *queues, *slow;
+    Py_ssize_t max_size;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!nO:AppendRouter", kwlist, &PyDict_Type,
+                                     &queues, &max_size, &slow)) {
+        return NULL;
+    }
+    Router *r = (Router *)type->tp_alloc(type, 0);
+    if (r == NULL) {
+        return NULL;
+    }
+    r->queues = Py_NewRef(queues);
+    r->slow = Py_NewRef(slow);
+    r->max_size = max_size;
+    r->vectorcall = (vectorcallfunc)router_vectorcall;
+    return (PyObject *)r;
+}
+
+static int
+router_traverse(Router *r, visitproc visit, void *arg)
+{
+    Py_VISIT(r->queues);
+    Py_VISIT(r->slow);
+    return 0;
+}
+
+static int
+router_clear(Router *r)
+{
+    Py_CLEAR(r->queues);
+    Py_CLEAR(r->slow);
+    return 0;
+}
+
+static void
+router_dealloc(Router *r)
+{
+    PyObject_GC_UnTrack(r);
+    router_clear(r);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static PyObject *
+router_get_wrapped(Router *r, void *closure)
+{
+    return Py_NewRef(r->slow);
+}
+
+static PyGetSetDef router_getset[] = {
+    {"__wrapped__", (getter)router_get_wrapped, NULL, "The append it stands for.", NULL},
+    {NULL},
+};
+
+static PyTypeObject RouterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "journal._native.AppendRouter",
+    .tp_doc = "AppendRouter(queues, max_size, slow)\n--\n\n"
+              "A client's append(name, data) for the common case (see "
+              "journal/_append_queue.py).",
+    .tp_basicsize = sizeof(Router),
+    .tp_vectorcall_offset = offsetof(Router, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_new = router_new,
+    .tp_dealloc = (destructor)router_dealloc,
+    .tp_traverse = (traverseproc)router_traverse,
+    .tp_clear = (inquiry)router_clear,
+    .tp_getset = router_getset,
+};
+
+/*
+ * Futures out of the cyclic garbage collector (see journal/_future.py).
+ *
+ * make_untracked(cls)() is cls() taken out of the collector's lists;
+ * track(obj) puts an object back. CPython does the same for its own tuples
+ * and dicts that hold only atomic values: an object that cannot be part of
+ * a reference cycle need not be gone over by every collection.
+ */
+
+static PyObject *
+new_untracked(PyObject *cls, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *obj = PyObject_CallNoArgs(cls);
+    if (obj != NULL && PyObject_IS_GC(obj) && PyObject_GC_IsTracked(obj)) {
+        PyObject_GC_UnTrack(obj);
+    }
+    return obj;
+}
+
+static PyMethodDef new_untracked_def = {
+    "new_untracked", (PyCFunction)new_untracked, METH_NOARGS,
+    "A new instance of the class, out of the cyclic garbage collector.",
+};
+
+static PyObject *
+make_untracked(PyObject *Py_UNUSED(module), PyObject *cls)
+{
+    return PyCFunction_New(&new_untracked_def, cls);
+}
+
+static PyObject *
+track(PyObject *Py_UNUSED(module), PyObject *obj)
+{
+    if (PyObject_IS_GC(obj) && !PyObject_GC_IsTracked(obj)) {
+        PyObject_GC_Track(obj);
+    }
+    Py_RETURN_NONE;
+}
+
+/*
+ * append_results(cls, journal, begin, data): batch_results of
+ * journal/_append_queue.py, the result of each append of data landed in
+ * order from begin, as instances of cls (AppendResult, a tuple). Like the
+ * futures they resolve, they are kept out of the cyclic garbage collector:
+ * a string and two integers cannot form a cycle.
+ */
+static PyObject *
+append_results(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "append_results(cls, journal, begin, data)");
+        return NULL;
+    }
+    PyObject *cls = args[0], *journal = args[1], *data = args[3];
+    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "append_results: cls must be a tuple type");
+        return NULL;
+    }
+    if (!PyList_Check(data)) {
+        PyErr_SetString(PyExc_TypeError, "append_results: data must be a list");
+        return NULL;
+    }
+    long long offset = PyLong_AsLongLong(args[2]);
+    if (offset == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)cls;
+    Py_ssize_t n = PyList_GET_SIZE(data);
+    PyObject *out = PyList_New(n);
+    PyObject *begin = out ? PyLong_FromLongLong(offset) : NULL;
+    if (begin == NULL) {
+        Py_XDECREF(out);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(data, i);
+        Py_ssize_t size = PyBytes_Check(item) ? PyBytes_GET_SIZE(item) : PyObject_Size(item);
+        if (size < 0) {
+            goto fail;
+        }
+        offset += size;
+        PyObject *end = PyLong_FromLongLong(offset);
+        if (end == NULL) {
+            goto fail;
+        }
+        PyObject *res = type->tp_alloc(type, 3);
+        if (res == NULL) {
+            Py_DECREF(end);
+            goto fail;
+        }
+        PyTuple_SET_ITEM(res, 0, Py_NewRef(journal));
+        PyTuple_SET_ITEM(res, 1, begin); /* This result's reference. */
+        PyTuple_SET_ITEM(res, 2, Py_NewRef(end));
+        if (PyObject_GC_IsTracked(res)) {
+            PyObject_GC_UnTrack(res);
+        }
+        PyList_SET_ITEM(out, i, res);
+        begin = end; /* The next result begins where this one ends. */
+    }
+    Py_DECREF(begin);
+    return out;
+fail:
+    Py_DECREF(begin);
+    Py_DECREF(out);
+    return NULL;
+}
+
+static PyMethodDef module_methods[] = {
+    {"append_results", (PyCFunction)(void (*)(void))append_results, METH_FASTCALL,
+     "append_results(cls, journal, begin, data, /)\n--\n\nThe result of each append of data "
+     "landed in order from begin (see journal/_append_queue.py)."},
+    {"make_untracked", (PyCFunction)make_untracked, METH_O,
+     "make_untracked(cls, /)\n--\n\nA function making instances of cls out of the cyclic "
+     "garbage collector."},
+    {"track", (PyCFunction)track, METH_O,
+     "track(obj, /)\n--\n\nPut obj (back) under the cyclic garbage collector."},
+    {NULL},
+};
+
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "journal._native",
     .m_doc = "The native core of the journal package (see journal/_pending.py).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC
 PyInit__native(void)
 {
-    if (PyType_Ready(&PendingType) < 0) {
+    if (PyType_Ready(&PendingType) < 0 || PyType_Ready(&RouterType) < 0) {
+        return NULL;
+    }
+    str_submit = PyUnicode_InternFromString("submit");
+    if (str_submit == NULL) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL) {
         return NULL;
     }
-    if (PyModule_AddObjectRef(m, "Pending", (PyObject *)&PendingType) < 0) {
+    if (PyModule_AddObjectRef(m, "Pending", (PyObject *)&PendingType) < 0
+        || PyModule_AddObjectRef(m, "AppendRouter", (PyObject *)&RouterType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -21,11 +21,10 @@ import logging
 import os
 from bisect import bisect_left
 from collections.abc import Callable
-from functools import partial
-from itertools import accumulate, islice, repeat
+from itertools import accumulate
 from typing import Final
 
-from ._append_queue import AppendQueue
+from ._append_queue import AppendQueue, batch_results
 from ._errors import JournalError
 from ._files import (
     JournalDir,
@@ -48,12 +47,6 @@ LOG: Final = logging.getLogger("journal")
 
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
-
-# AppendResult((journal, begin, end)) without the Python-level __new__ of a
-# NamedTuple: a batch's results are built by map() with no Python call each.
-_new_result: Final[Callable[[tuple[str, int, int]], AppendResult]] = partial(
-    tuple.__new__, AppendResult
-)
 
 
 class JournalWriter(AppendQueue):
@@ -172,9 +165,7 @@ class JournalWriter(AppendQueue):
                 fsync_dir(self.jd.path)  # The new file's entry must be durable too.
             self._rec = CommitRecord(rec.seq + 1, rec.begin, rec.end + len(data))
             write_record(self._commit_fd, self._rec)
-        # Each append's [begin, end): the sizes summed up from rec.end.
-        bounds = list(accumulate(map(len, chunk), initial=rec.end))
-        return list(map(_new_result, zip(repeat(self.jd.name), bounds, islice(bounds, 1, None))))
+        return batch_results(self.jd.name, rec.end, chunk)
 
     def _seal(self) -> None:
         assert self._rec is not None and self._commit_fd is not None

@@ -21,6 +21,7 @@ from typing import Final, TypeVar
 from urllib.parse import urlsplit
 
 import grpc
+import grpc.experimental
 
 from .._errors import BrokerError, BrokerUnavailableError, JournalError, JournalNotFoundError
 from . import broker_pb2 as pb
@@ -226,6 +227,11 @@ class Brokers:
                         ("grpc.min_reconnect_backoff_ms", 100),
                         ("grpc.max_reconnect_backoff_ms", 1000),
                         ("grpc.enable_retries", 0),
+                        # Read streams are consumed on the reading thread
+                        # itself, not handed over by gRPC's channel thread:
+                        # two thread wake-ups less for each 32 KB chunk (about
+                        # twice the read throughput).
+                        (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
                     ],
                 )
                 stub = self._stubs[endpoint] = Stub(channel)

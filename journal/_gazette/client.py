@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Final, Self, cast, final
 
-from .._append_queue import flush_queues
+from .._append_queue import append_router, flush_queues
 from .._errors import (
     AppendTooLargeError,
     BrokerError,
@@ -141,6 +141,10 @@ class GazetteClient:
         self.max_append_size: Final = max_append_size
         self._lock = threading.Lock()
         self._appenders: dict[str, GazetteAppender] = {}
+        # append() without Python code in the common case (journal/_append_queue.py).
+        router = append_router(self._appenders, max_append_size, self.append)  # type: ignore[arg-type]
+        if router is not None:
+            self.append = router  # type: ignore[assignment]
         self._known: set[str] = set()  # Journals seen to exist.
         self._readers: weakref.WeakSet[GazetteReader] = weakref.WeakSet()
         self._file_store: bool | None = None  # Does the cluster have a file store?
@@ -592,7 +596,7 @@ class GazetteClient:
         """A forked child has none of our threads, and gRPC channels do not
         survive a fork: start afresh."""
         self._lock = threading.Lock()
-        self._appenders = {}
+        self._appenders.clear()  # (the same dict: append's router reads it)
         self._readers = weakref.WeakSet()
         self._brokers = Brokers(
             self.address, retry_timeout=self._brokers.retry_timeout,

@@ -22,12 +22,14 @@ from pathlib import Path
 import pytest
 
 from journal import (
+    AppendResult,
     CorruptJournalError,
     InvalidJournalNameError,
     JournalError,
     JournalNotFoundError,
     LocalJournalStore,
 )
+from journal import _pending as journal_pending
 from journal._files import JournalDir, open_commit, read_record
 from journal._fragment import open_name, sealed_name
 
@@ -764,3 +766,139 @@ def test_append_future_behaves_as_a_future() -> None:
     done, not_done = wait(fs, timeout=5)
     t.join()
     assert len(done) == 5 and not not_done
+
+
+def test_append_future_states_are_those_of_future() -> None:
+    """AppendFuture spells Future's states as concurrent.futures does."""
+    from concurrent.futures import Future
+
+    from journal import _future
+
+    f: Future[int] = Future()
+    assert f._state == _future.PENDING
+    f.set_running_or_notify_cancel()
+    assert f._state == _future.RUNNING
+    f.set_result(1)
+    assert f._state == _future.FINISHED
+    c: Future[int] = Future()
+    c.cancel()
+    assert c._state == _future.CANCELLED
+    c.set_running_or_notify_cancel()
+    assert c._state == _future.CANCELLED_AND_NOTIFIED
+
+
+_needs_native_journal = pytest.mark.skipif(
+    journal_pending.NATIVE is None, reason="the native core is not in use"
+)
+
+
+@_needs_native_journal
+def test_append_futures_stay_out_of_the_collector_until_they_could_form_a_cycle(
+    store: LocalJournalStore,
+) -> None:
+    """A resolved append future and its result are not tracked by the cyclic
+    GC; a callback or an exception puts the future back, so that a cycle
+    through it is still collected."""
+    import gc
+    import weakref
+
+    store.create("gc", NDJSON)
+    f = store.append("gc", b"a\n")
+    store.flush()
+    assert f.done() and not gc.is_tracked(f)
+    res = f.result()  # (waits through the Condition: tracked from here)
+    assert res == AppendResult("gc", 0, 2) and not gc.is_tracked(res)
+    assert gc.is_tracked(f)
+
+    # A cycle through a callback.
+    g = store.append("gc", b"b\n")
+    g.add_done_callback(lambda _f, me=g: None)
+    assert gc.is_tracked(g)
+    ref = weakref.ref(g)
+    store.flush()
+    del g
+    gc.collect()
+    assert ref() is None
+
+    # A cycle through an exception, stored by a failed batch (resolve_all)
+    # or by set_exception, each without a Condition.
+    from journal._future import AppendFuture, new_future
+
+    def failed(how: str) -> AppendFuture[int]:
+        e: AppendFuture[int] = new_future()
+        assert not gc.is_tracked(e)
+        AppendFuture.start_all([e])
+        if how == "batch":
+            AppendFuture.resolve_all([e], [], ValueError("boom"))
+        else:
+            e.set_exception(ValueError("boom"))
+        return e
+
+    for how in ("batch", "set_exception"):
+        e = failed(how)
+        assert gc.is_tracked(e)
+        err = e.exception()
+        assert isinstance(err, ValueError) and e._cond is None
+        err.future = e  # type: ignore[attr-defined]
+        ref_e = weakref.ref(e)
+        del e, err
+        gc.collect()
+        assert ref_e() is None, how
+
+
+@pytest.mark.parametrize("begin", [0, 7, 2**40])
+def test_native_append_results_are_the_reference_ones(begin: int) -> None:
+    """append_results (native) builds exactly py_batch_results's list."""
+    import gc
+    import random
+
+    from journal import _append_queue
+
+    rng = random.Random(begin)
+    for n in (0, 1, 2, 100):
+        data = [bytes(rng.randrange(0, 300)) for _ in range(n)]
+        want = _append_queue.py_batch_results("j/x", begin, data)
+        got = _append_queue.batch_results("j/x", begin, data)
+        assert got == want
+        assert all(type(r) is AppendResult for r in got)
+        if _append_queue.NATIVE is not None:
+            assert not any(gc.is_tracked(r) for r in got)
+
+
+def test_append_router_and_method_append_the_same(tmp_path: Path) -> None:
+    """Where the native core is built, a store's append is a router that
+    hands the common case to the journal's queue and everything else to the
+    method (the definition): both land the same bytes, and every uncommon
+    case raises what the method raises."""
+    from journal import AppendTooLargeError, JournalClosedError
+
+    store = LocalJournalStore(tmp_path, max_append_size=8)
+    method = LocalJournalStore.append.__get__(store)
+    if journal_pending.NATIVE is not None:
+        assert store.append is not method and store.append.__wrapped__ == method
+    store.create("r", NDJSON)
+    futures = [
+        store.append("r", b"1\n"),  # the slow path (no queue yet), then fast ones
+        store.append("r", b"2\n"),
+        method("r", b"3\n"),
+        store.append("r", bytearray(b"4\n")),
+        store.append("r", memoryview(b"5\n")),
+        store.append("r", b"1234567\n"),  # exactly max_append_size
+    ]
+    assert [f.result() for f in futures][-1] == AppendResult("r", 10, 18)
+    assert _read(store, "r") == b"1\n2\n3\n4\n5\n1234567\n"
+    for call in (store.append, method):
+        with pytest.raises(AppendTooLargeError):
+            call("r", b"123456789")
+        with pytest.raises(JournalNotFoundError):
+            call("missing", b"x\n")
+        with pytest.raises(TypeError):
+            call(["r"], b"x\n")  # type: ignore[arg-type]
+    # A journal deleted and created again: its old queue is retired.
+    store.delete("r")
+    store.create("r", NDJSON)
+    assert store.append("r", b"6\n").result() == AppendResult("r", 0, 2)
+    store.close()
+    for call in (store.append, method):
+        with pytest.raises(JournalClosedError):
+            call("r", b"7\n")
