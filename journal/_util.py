@@ -21,14 +21,19 @@ def age_seconds(before_offset: int | None, older_than: float | timedelta | None)
     return age
 
 
-def check_read_args(name: str, offset: int, end_offset: int | None, block: bool, head: int) -> int:
-    """Validate ``read()`` arguments; return the start offset (``-1`` -> head)."""
-    if offset == -1:
-        offset = head
+def check_offsets(offset: int, end_offset: int | None) -> None:
+    """Validate a read's range once ``-1`` (the head) is resolved."""
     if offset < 0:
         raise ValueError(f"invalid offset ({offset}; expected >= 0, or -1 for the head)")
     if end_offset is not None and end_offset < offset:
         raise ValueError(f"end_offset ({end_offset}) is before offset ({offset})")
+
+
+def check_read_args(name: str, offset: int, end_offset: int | None, block: bool, head: int) -> int:
+    """Validate ``read()`` arguments; return the start offset (``-1`` -> head)."""
+    if offset == -1:
+        offset = head
+    check_offsets(offset, end_offset)
     if not block and offset > head:
         raise OffsetNotYetAvailableError(name, offset, head)
     return offset

@@ -49,7 +49,7 @@ from .._errors import (
 from .._fragment import Fragment
 from .._labels import LabelSelector, LabelSet, LabelsInit, parse_label_selector
 from .._spec import AppendResult, JournalSpec
-from .._util import age_seconds
+from .._util import age_seconds, check_offsets
 from . import broker_pb2 as pb
 from . import wire
 from .appender import GazetteAppender
@@ -406,10 +406,9 @@ class GazetteClient:
         self._ensure_known(name)
         if offset == -1:
             offset = self.head(name)
-        if offset < 0:
-            raise ValueError(f"invalid offset ({offset}; expected >= 0, or -1 for the head)")
-        if end_offset is not None and end_offset < offset:
-            raise ValueError(f"end_offset ({end_offset}) is before offset ({offset})")
+        # The head is known only once the read starts (prime() below): the
+        # range first, then OffsetNotYetAvailableError as check_read_args says.
+        check_offsets(offset, end_offset)
         reader = GazetteReader(
             self._reader_closed, self._brokers, name, offset, end_offset, block, self.file_root
         )
