@@ -8,6 +8,12 @@
  *
  * The lock is held only for a few list operations, never while Python code
  * runs; a thread that finds it taken waits without the GIL.
+ *
+ * AppendRouter: a client's append() for the common case, straight to the
+ * journal's queue (the client's own append method is the definition; see
+ * journal/_append_queue.py). make_untracked, track and append_results keep
+ * append futures and their results out of the cyclic garbage collector
+ * until they could be part of a cycle (see journal/_future.py).
  */
 
 #define PY_SSIZE_T_CLEAN
