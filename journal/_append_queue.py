@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from functools import partial
 from itertools import accumulate, islice, repeat
-from typing import Final
+from typing import Final, TypeVar
 
 from ._errors import JournalClosedError, JournalError
 from ._future import AppendFuture, new_future
@@ -59,10 +59,12 @@ batch_results: Callable[[str, int, list[bytes]], list[AppendResult]] = (
 
 #: A client's append(name, data).
 Appender = Callable[[str, bytes], Future[AppendResult]]
+#: A client's kind of append queue.
+Q = TypeVar("Q", bound="AppendQueue")
 
 
 def append_router(
-    queues: dict[str, AppendQueue], max_size: int, append: Appender
+    queues: dict[str, Q], max_size: int, append: Appender
 ) -> Appender | None:
     """What a client binds as its instance's ``append``: where the native core
     is built, one that hands bytes of at most ``max_size`` to the journal's

@@ -390,7 +390,7 @@ class SparkBatchReader(DataSourceReader):
             # Small journals: one wave of tasks, one a core, as Spark's file
             # sources pack small files (a Python task costs more to start).
             return _pack(out, tasks)
-        return list(out)
+        return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, _Splits):

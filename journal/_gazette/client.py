@@ -142,7 +142,7 @@ class GazetteClient:
         self._lock = threading.Lock()
         self._appenders: dict[str, GazetteAppender] = {}
         # append() without Python code in the common case (journal/_append_queue.py).
-        router = append_router(self._appenders, max_append_size, self.append)  # type: ignore[arg-type]
+        router = append_router(self._appenders, max_append_size, self.append)
         if router is not None:
             self.append = router  # type: ignore[assignment]
         self._known: set[str] = set()  # Journals seen to exist.

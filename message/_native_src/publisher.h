@@ -317,18 +317,28 @@ marshal(PyObject *entry, PyObject *msg)
     return PyObject_CallMethodOneArg(framing, P.str_marshal, msg);
 }
 
-/* The next clock (under the lock): the caller's Clock ticked, or our own
- * ticked, first moved to the wall clock if `wall` (as a publish does; an
- * intent only ticks). 0 on error. */
+/* The first of `count` consecutive clocks (under the lock): the caller's
+ * Clock ticked (advanced, for more than one), or our own, first moved to the
+ * wall clock if `wall` (as a publish does; an intent only ticks). 0 on
+ * error. */
 static uint64_t
-next_clock(Publisher *p, int wall)
+next_clocks(Publisher *p, int wall, Py_ssize_t count)
 {
     if (p->clock_obj == NULL) {
         uint64_t now = wall ? ((uint64_t)(now_ns() / 100) + UUID_EPOCH_OFFSET) << 4 : 0;
-        p->clock = (now > p->clock ? now : p->clock) + 1;
-        return p->clock;
+        uint64_t first = (now > p->clock ? now : p->clock) + 1;
+        p->clock = first + (uint64_t)count - 1;
+        return first;
     }
-    PyObject *v = PyObject_CallMethodNoArgs(p->clock_obj, P.str_tick);
+    PyObject *v;
+    if (count == 1) {
+        v = PyObject_CallMethodNoArgs(p->clock_obj, P.str_tick);
+    }
+    else {
+        PyObject *n = PyLong_FromSsize_t(count);
+        v = n ? PyObject_CallMethodOneArg(p->clock_obj, P.str_advance, n) : NULL;
+        Py_XDECREF(n);
+    }
     if (v == NULL) {
         return 0;
     }
@@ -444,7 +454,7 @@ publish(Publisher *p, PyObject *mapping, PyObject *msg, unsigned flags)
     Py_INCREF(framing);
     PyObject *future = NULL, *frame = NULL, *u = NULL, *clock_obj = NULL;
     pub_lock(p);
-    uint64_t clock = next_clock(p, 1);
+    uint64_t clock = next_clocks(p, 1, 1);
     if (clock == 0 && PyErr_Occurred()) {
         goto done;
     }
@@ -529,21 +539,12 @@ publisher_publish_uncommitted_frames(Publisher *p, PyObject *const *args, Py_ssi
     }
     PyObject *future = NULL, *data = NULL, *first_obj = NULL;
     pub_lock(p);
-    uint64_t first;
-    if (p->clock_obj == NULL) {
-        uint64_t now = ((uint64_t)(now_ns() / 100) + UUID_EPOCH_OFFSET) << 4;
-        first = (now > p->clock ? now : p->clock) + 1;
-        p->clock = first + (uint64_t)count - 1;
-        first_obj = PyLong_FromUnsignedLongLong(first);
-    }
-    else {
-        first_obj = PyObject_CallMethodOneArg(p->clock_obj, P.str_advance, args[1]);
-    }
-    if (first_obj == NULL) {
+    uint64_t first = next_clocks(p, 1, count);
+    if (first == 0 && PyErr_Occurred()) {
         goto done;
     }
-    first = PyLong_AsUnsignedLongLong(first_obj);
-    if (first == (uint64_t)-1 && PyErr_Occurred()) {
+    first_obj = PyLong_FromUnsignedLongLong(first);
+    if (first_obj == NULL) {
         goto done;
     }
     data = PyObject_CallOneArg(frame, first_obj);
@@ -591,7 +592,7 @@ intents(Publisher *p, int rollback)
             Py_XINCREF(clock_obj);
         }
         else {
-            clock = next_clock(p, 0);
+            clock = next_clocks(p, 0, 1);
             clock_obj = PyErr_Occurred() ? NULL : PyLong_FromUnsignedLongLong(clock);
         }
         if (clock_obj == NULL || PyErr_Occurred()

@@ -22,7 +22,7 @@ from message import (
     get_flags,
 )
 from pipeline._stores import STATE_PREFIX
-from tests.pipeline.test_spark_source import random_workload
+from tests.pipeline.test_spark_source import committed_rows, random_workload
 
 pytestmark = pytest.mark.spark
 
@@ -70,12 +70,7 @@ def test_read_committed_through_brokers_equals_read_committed_iter(
     in (commit_offset, begin) order; read uncommitted is every frame."""
     journals = [f"{gazette_prefix}w/{x}" for x in "abc"]
     random_workload(client, random.Random(11), journals)
-    want = [
-        (j, e.begin, str(e.message.get_uuid()), e.message.get("n"))
-        for j in journals
-        for e in ReadCommittedIter(client, j, lambda _s: JsonDocument())
-        if get_flags(e.message.get_uuid()) != Flags.ACK_TXN
-    ]
+    want = committed_rows(client, journals, acks=False)
     total = sum(1 for j in journals for _ in ReadUncommittedIter(
         client, j, lambda _s: JsonDocument()))
     selector = f"prefix={gazette_prefix}w/"

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from journal import LocalJournalStore
+from journal import JournalClient, LocalJournalStore
 from message import (
     Flags,
     JsonDocument,
@@ -47,6 +47,19 @@ def reader(spark: Any, root: Path, **options: str) -> Any:
     for k, v in options.items():
         r = r.option(k, v)
     return r.load()
+
+
+def committed_rows(
+    client: JournalClient, journals: list[str], *, acks: bool
+) -> list[tuple[str, int, str, Any]]:
+    """(journal, begin, uuid, n) of what ReadCommittedIter yields of each
+    journal in turn, its ACK_TXN messages too if ``acks``."""
+    return [
+        (j, e.begin, str(e.message.get_uuid()), e.message.get("n"))
+        for j in journals
+        for e in ReadCommittedIter(client, j, lambda _s: JsonDocument())
+        if acks or get_flags(e.message.get_uuid()) != Flags.ACK_TXN
+    ]
 
 
 def random_workload(store: LocalJournalStore, rng: random.Random, journals: list[str]) -> None:
@@ -94,12 +107,7 @@ def test_small_journals_are_read_in_one_task_a_core(spark: Any, tmp_path: Path) 
     journals = ["p/a", "p/b", "p/c", "p/d", "p/e"]
     with LocalJournalStore(tmp_path) as store:
         random_workload(store, random.Random(11), journals)
-        want = [
-            (j, e.begin, str(e.message.get_uuid()), e.message.get("n"))
-            for j in journals
-            for e in ReadCommittedIter(store, j, lambda _s: JsonDocument())
-            if get_flags(e.message.get_uuid()) != Flags.ACK_TXN
-        ]
+        want = committed_rows(store, journals, acks=False)
     assert spark.sparkContext.defaultParallelism == 2
     df = reader(spark, tmp_path, selector="app=w", schema="n long")
     assert df.rdd.getNumPartitions() == 2
@@ -114,11 +122,7 @@ def test_read_committed_equals_read_committed_iter(spark: Any, tmp_path: Path) -
     journals = ["w/a", "w/b", "w/c"]
     with LocalJournalStore(tmp_path) as store:
         random_workload(store, random.Random(7), journals)
-        want = [
-            (j, e.begin, str(e.message.get_uuid()), e.message.get("n"))
-            for j in journals
-            for e in ReadCommittedIter(store, j, lambda _s: JsonDocument())
-        ]
+        want = committed_rows(store, journals, acks=True)
         total = sum(1 for j in journals for _ in ReadUncommittedIter(
             store, j, lambda _s: JsonDocument()))
     df = reader(spark, tmp_path, selector="app=w", schema="n long", splits_per_journal="3",
