@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import warnings
 from typing import Any
 
 from pyspark.sql import SparkSession
+
+log = logging.getLogger("pipeline")
 
 
 def register(spark: SparkSession) -> None:
@@ -71,7 +74,33 @@ def cluster_session(
         warnings.filterwarnings(
             "ignore", message="PySpark does not yet fully support pandas", category=FutureWarning
         )
-        spark = builder.getOrCreate()
+        spark = _get_or_create(builder)
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark
+
+
+#: Start-ups of the JVM tried before its failure is the caller's.
+_GATEWAY_ATTEMPTS = 3
+
+
+def _get_or_create(builder: SparkSession.Builder) -> SparkSession:
+    """``builder.getOrCreate()``, starting the JVM again if it died before it
+    answered. PySpark starts it with a ``preexec_fn``, so the forked child
+    runs the parent's fork handlers before it execs; gRPC's (in a process
+    that has used a ``GazetteClient``) abort that child now and then (about
+    one start in 150, measured), which PySpark reports as
+    ``JAVA_GATEWAY_EXITED``. Any other failure, or the same one again and
+    again, is raised."""
+    from pyspark.errors import PySparkRuntimeError
+
+    attempt = 1
+    while True:
+        try:
+            return builder.getOrCreate()
+        except PySparkRuntimeError as err:
+            if err.getCondition() != "JAVA_GATEWAY_EXITED" or attempt >= _GATEWAY_ATTEMPTS:
+                raise
+        log.warning("the Spark JVM exited while starting (attempt %d of %d); starting it again",
+                    attempt, _GATEWAY_ATTEMPTS)
+        attempt += 1

@@ -511,3 +511,23 @@ def test_content_fields_named_like_envelope_columns_are_renamed(
     # The renamed columns say what they hold.
     field = inferred.schema["content_uuid"]
     assert field.metadata.get("comment") == "message field uuid"
+
+
+def test_a_spark_jvm_that_dies_at_start_is_started_again_then_reported(tmp_path: Path) -> None:
+    """local_session starts the JVM again when it exits before answering (a
+    forked launcher can be aborted by gRPC's fork handler), up to three
+    times; a JVM that never starts (here: no java at JAVA_HOME) is then
+    PySpark's own error, not a hang."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "JAVA_HOME": str(tmp_path / "no-java"), "PYTHONPATH": str(root)}
+    proc = subprocess.run(
+        [sys.executable, "-c", "import pipeline; pipeline.local_session()"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "JAVA_GATEWAY_EXITED" in proc.stderr
+    assert proc.stderr.count("starting it again") == 2
