@@ -208,41 +208,111 @@ init_hex(void)
     }
 }
 
-/* The canonical 8-4-4-4-12 form only; 1 if parsed. */
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define HEX_SWAR 1
+#endif
+
+#ifdef HEX_SWAR
+/* The value of the 8 hex digits (either case) held in x, the first in its
+ * low byte, as one integer; 0 if any byte is no hex digit. All 8 at once in
+ * a 64-bit word: each byte's range is tested by an addition that sets its
+ * high bit (no byte carries into the next, as none is above 0x7F). */
+static inline int
+hex8_word(uint64_t x, uint32_t *out)
+{
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    if (x & high) {
+        return 0;
+    }
+    uint64_t lower = x | (0x20 * ones); /* 'A'-'F' as 'a'-'f'; digits unchanged */
+    uint64_t digit = (x + (0x80 - '0') * ones) & ~(x + (0x7F - '9') * ones);
+    uint64_t alpha = (lower + (0x80 - 'a') * ones) & ~(lower + (0x7F - 'f') * ones);
+    if (((digit | alpha) & high) != high) {
+        return 0;
+    }
+    /* Each byte's value: its low nibble, plus 9 for a letter. */
+    uint64_t v = (x & (0x0F * ones)) + ((alpha & high) >> 7) * 9;
+    /* Two nibbles to a byte, then the four bytes together, first highest. */
+    v = ((v << 4) | (v >> 8)) & 0x00FF00FF00FF00FFULL;
+    v = (v | (v >> 8)) & 0x0000FFFF0000FFFFULL;
+    v = (v | (v >> 16)) & 0xFFFFFFFFULL;
+    *out = __builtin_bswap32((uint32_t)v);
+    return 1;
+}
+
+static inline uint64_t
+load8(const unsigned char *p)
+{
+    uint64_t x;
+    memcpy(&x, p, 8);
+    return x;
+}
+
+/* The 8 bytes of the two groups of 4 at p and q, as one word. */
+static inline uint64_t
+load4_4(const unsigned char *p, const unsigned char *q)
+{
+    uint32_t a, b;
+    memcpy(&a, p, 4);
+    memcpy(&b, q, 4);
+    return (uint64_t)a | ((uint64_t)b << 32);
+}
+
+/* The canonical 8-4-4-4-12 text at p as halves; 0 if it is not one. */
+static inline int
+parse_canonical36(const unsigned char *p, uint64_t *hi, uint64_t *lo)
+{
+    uint32_t a, b, c, d;
+    if (p[8] != '-' || p[13] != '-' || p[18] != '-' || p[23] != '-'
+        || !hex8_word(load8(p), &a) || !hex8_word(load4_4(p + 9, p + 14), &b)
+        || !hex8_word(load4_4(p + 19, p + 24), &c) || !hex8_word(load8(p + 28), &d)) {
+        return 0;
+    }
+    *hi = ((uint64_t)a << 32) | b;
+    *lo = ((uint64_t)c << 32) | d;
+    return 1;
+}
+#else
+/* The value of 4 (8) hex digits at p; a byte that is no hex digit ORs a
+ * negative value into *bad. */
+static inline uint32_t
+hex4(const unsigned char *p, int *bad)
+{
+    int a = HEX[p[0]], b = HEX[p[1]], c = HEX[p[2]], d = HEX[p[3]];
+    *bad |= a | b | c | d;
+    return (uint32_t)(((a & 0xF) << 12) | ((b & 0xF) << 8) | ((c & 0xF) << 4) | (d & 0xF));
+}
+
+static inline uint32_t
+hex8(const unsigned char *p, int *bad)
+{
+    return (hex4(p, bad) << 16) | hex4(p + 4, bad);
+}
+
+/* The canonical 8-4-4-4-12 text at p as halves; 0 if it is not one. */
+static inline int
+parse_canonical36(const unsigned char *p, uint64_t *hi, uint64_t *lo)
+{
+    int bad = 0;
+    uint64_t vh = ((uint64_t)hex8(p, &bad) << 32) | ((uint64_t)hex4(p + 9, &bad) << 16)
+                  | hex4(p + 14, &bad);
+    uint64_t vl = ((uint64_t)hex4(p + 19, &bad) << 48) | ((uint64_t)hex4(p + 24, &bad) << 32)
+                  | hex8(p + 28, &bad);
+    if (bad < 0 || p[8] != '-' || p[13] != '-' || p[18] != '-' || p[23] != '-') {
+        return 0;
+    }
+    *hi = vh;
+    *lo = vl;
+    return 1;
+}
+#endif
+
+/* The canonical UUID string s (a str) as halves; 0 if it is not one. */
 static int
 parse_uuid36(PyObject *s, uint64_t *hi, uint64_t *lo)
 {
-    if (!PyUnicode_CheckExact(s) || PyUnicode_GET_LENGTH(s) != 36
-        || !PyUnicode_IS_COMPACT_ASCII(s)) {
-        return 0;
-    }
-    const Py_UCS1 *p = PyUnicode_1BYTE_DATA(s);
-    if (p[8] != '-' || p[13] != '-' || p[18] != '-' || p[23] != '-') {
-        return 0;
-    }
-    static const unsigned char pos[32] = {
-        0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 14, 15, 16, 17,
-        19, 20, 21, 22, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35};
-    /* Each digit goes to its place on its own (no chain of shifts from one
-     * digit to the next), which lets the compiler unroll and overlap them:
-     * this runs once per envelope a committed read queues. */
-    uint64_t h = 0, l = 0;
-    int bad = 0;
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC unroll 16
-#endif
-    for (int i = 0; i < 16; i++) {
-        int vh = HEX[p[pos[i]]], vl = HEX[p[pos[16 + i]]];
-        bad |= vh | vl;
-        h |= (uint64_t)(vh & 0xF) << (60 - 4 * i);
-        l |= (uint64_t)(vl & 0xF) << (60 - 4 * i);
-    }
-    if (bad < 0) {
-        return 0;
-    }
-    *hi = h;
-    *lo = l;
-    return 1;
+    return PyUnicode_CheckExact(s) && PyUnicode_GET_LENGTH(s) == 36
+           && PyUnicode_IS_COMPACT_ASCII(s) && parse_canonical36(PyUnicode_1BYTE_DATA(s), hi, lo);
 }
 
 /* A UUID's int as two halves (its low 128 bits); -1 if it is no int. */
@@ -314,6 +384,9 @@ typedef struct {
     PyTypeObject *type;
     int kind;
     PyObject *func; /* KIND_JSON, KIND_FUNC: UUID_INT_OF[type] */
+    /* KIND_JSON: the "_meta" and "uuid" key objects last found first in
+     * their dicts (see value_of) */
+    PyObject *meta_key, *uuid_key;
 } UuidOf;
 
 static void
@@ -321,6 +394,41 @@ uuid_of_clear(UuidOf *u)
 {
     Py_CLEAR(u->type);
     Py_CLEAR(u->func);
+    Py_CLEAR(u->meta_key);
+    Py_CLEAR(u->uuid_key);
+}
+
+/* dict[key] (borrowed; NULL, with or without an exception, if missing)
+ * for a str `key`, by the key object that the dict holds. A decoder that
+ * reuses its key strings (orjson does) puts the same "_meta" object in
+ * every document: `*seen` is that object, learned from the first document
+ * that has the key (found by an ordinary lookup). A lookup by it is an identity check in the dict (no
+ * compare of characters); a document framed with its _meta first is served
+ * by its first entry without a lookup. Keys of a dict are unique, so the
+ * entry whose key is an exact str equal to `key` is the one a lookup finds:
+ * the answer is dict[key] whichever object is used. */
+static inline PyObject *
+value_of(PyObject *dict, PyObject *key, PyObject **seen)
+{
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    if (*seen != NULL) {
+        if (PyDict_Next(dict, &pos, &k, &v) && k == *seen) {
+            return v;
+        }
+        return PyDict_GetItemWithError(dict, *seen);
+    }
+    PyObject *found = PyDict_GetItemWithError(dict, key);
+    if (found != NULL) {
+        /* Learn the dict's own key object, once. */
+        while (PyDict_Next(dict, &pos, &k, &v)) {
+            if (v == found && PyUnicode_CheckExact(k) && PyUnicode_Compare(k, key) == 0) {
+                *seen = Py_NewRef(k);
+                break;
+            }
+        }
+    }
+    return found;
 }
 
 /* The UUID of `msg` as two halves, as Sequencer.queue_uncommitted gets it:
@@ -354,9 +462,9 @@ message_uuid(UuidOf *u, PyObject *msg, uint64_t *hi, uint64_t *lo)
     }
     if (u->kind == KIND_JSON) {
         /* JsonDocument._uuid_int: self["_meta"]["uuid"], canonical string. */
-        PyObject *meta = PyDict_GetItemWithError(msg, C.str_meta);
+        PyObject *meta = value_of(msg, C.str_meta, &u->meta_key);
         if (meta != NULL && PyDict_CheckExact(meta)) {
-            PyObject *s = PyDict_GetItemWithError(meta, C.str_uuid);
+            PyObject *s = value_of(meta, C.str_uuid, &u->uuid_key);
             if (s != NULL && parse_uuid36(s, hi, lo)) {
                 return 0;
             }

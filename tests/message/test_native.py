@@ -171,14 +171,35 @@ class Twin:
         return cast(list[Any], self.same("producer_states"))
 
 
+class Key(str):
+    """A str subclass as a document's key: found as the str it equals."""
+
+
+def spelled_key(name: str, rng: random.Random) -> str:
+    """``name`` as the interned str, as another str object equal to it (as a
+    decoder makes them), or as a str subclass."""
+    return cast(str, rng.choice([name, name[:1] + name[1:], Key(name)]))
+
+
 def odd_uuid_documents(w: Workload, rng: random.Random) -> list[Envelope]:
     """The workload's envelopes with JsonDocument messages, some of whose
-    UUIDs are spelled oddly (upper case, braces, garbage: the nil UUID)."""
+    UUIDs are spelled oddly (upper case, braces, garbage: the nil UUID), with
+    _meta first, last or missing, its keys as various str objects, and at
+    times a decoy object with another UUID before it."""
     out = []
     for env in w.envelopes:
         u = env.message.get_uuid()
         spell = rng.choice([str, str, str, *ODD_UUIDS])
-        doc = JsonDocument(_meta={"uuid": spell(u)}, text=env.message.text)
+        meta = {spelled_key("uuid", rng): spell(u)}
+        layout = rng.choice(["first", "first", "last", "last", "missing"])
+        doc = JsonDocument()
+        if rng.random() < 0.3:  # a decoy: the wrong key's UUID would differ
+            doc["_metb"] = {"uuid": str(uuid.UUID(int=rng.getrandbits(128)))}
+        if layout == "first":
+            doc[spelled_key("_meta", rng)] = meta
+        doc["text"] = env.message.text
+        if layout == "last":
+            doc[spelled_key("_meta", rng)] = meta
         out.append(Envelope(env.journal, env.begin, env.end, doc))
     return out
 
