@@ -384,8 +384,8 @@ typedef struct {
     PyTypeObject *type;
     int kind;
     PyObject *func; /* KIND_JSON, KIND_FUNC: UUID_INT_OF[type] */
-    /* KIND_JSON: the "_meta" and "uuid" key objects last found first in
-     * their dicts (see value_of) */
+    /* KIND_JSON: the "_meta" and "uuid" key objects of decoded documents
+     * (see value_of) */
     PyObject *meta_key, *uuid_key;
 } UuidOf;
 
@@ -399,28 +399,23 @@ uuid_of_clear(UuidOf *u)
 }
 
 /* dict[key] (borrowed; NULL, with or without an exception, if missing)
- * for a str `key`, by the key object that the dict holds. A decoder that
- * reuses its key strings (orjson does) puts the same "_meta" object in
- * every document: `*seen` is that object, learned from the first document
- * that has the key (found by an ordinary lookup). A lookup by it is an identity check in the dict (no
- * compare of characters); a document framed with its _meta first is served
- * by its first entry without a lookup. Keys of a dict are unique, so the
- * entry whose key is an exact str equal to `key` is the one a lookup finds:
- * the answer is dict[key] whichever object is used. */
+ * for a str `key`, looked up by the key object that the dicts hold. A
+ * decoder reusing its key strings (orjson does) puts the same "_meta"
+ * object in every document: `*seen` is that object, learned from the first
+ * document that has the key. Looked up by it, the dict finds its entry by
+ * identity, without comparing characters. Any str equal to `key` finds the
+ * same entry, so the answer is dict[key] whichever object is used. */
 static inline PyObject *
 value_of(PyObject *dict, PyObject *key, PyObject **seen)
 {
-    Py_ssize_t pos = 0;
-    PyObject *k, *v;
     if (*seen != NULL) {
-        if (PyDict_Next(dict, &pos, &k, &v) && k == *seen) {
-            return v;
-        }
         return PyDict_GetItemWithError(dict, *seen);
     }
     PyObject *found = PyDict_GetItemWithError(dict, key);
     if (found != NULL) {
         /* Learn the dict's own key object, once. */
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
         while (PyDict_Next(dict, &pos, &k, &v)) {
             if (v == found && PyUnicode_CheckExact(k) && PyUnicode_Compare(k, key) == 0) {
                 *seen = Py_NewRef(k);
