@@ -13,15 +13,28 @@ content is exactly the Gazette-named ``.raw`` fragment files that
   materialised and decoded.
 - ``dropDuplicates(uuid)``: the naive exactly-once attempt, for comparison;
   its row count is wrong by the aborted transactions' messages (reported).
+- ``Arrow hand-off alone``: the journal source's own output (the same
+  committed rows as Arrow batches, saved once to an Arrow IPC file) replayed
+  by a Python data source that does nothing else, in the same two tasks:
+  what Spark itself costs for any Python data source's read of these rows.
+  The journal source's ratio can only approach this one; the difference is
+  its reading, parsing and sequencing.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
+
+import pyarrow as pa
+from pyspark.sql import DataFrame
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
 
 from exactly.benchmarks._harness import Result, interleaved
 from journal import LocalJournalStore
@@ -75,6 +88,45 @@ def _populate(root: Path, n: int) -> tuple[list[str], int]:
     return files, committed
 
 
+class ArrowReplay(DataSource):
+    """``spark.read.format("arrow-replay")``: the record batches of an Arrow
+    IPC file (option ``path``), the even ones in one task and the odd ones in
+    another; the schema is the option ``schema_json`` (``StructType.json()``).
+    It only maps the file and hands its batches over."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "arrow-replay"
+
+    def schema(self) -> StructType:
+        return StructType.fromJson(json.loads(self.options["schema_json"]))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return _ReplayReader(str(self.options["path"]))
+
+
+class _ReplayReader(DataSourceReader):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(0), InputPartition(1)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        with pa.memory_map(self.path) as source:
+            batches = pa.ipc.open_file(source)
+            for i in range(partition.value, batches.num_record_batches, 2):
+                yield batches.get_batch(i)
+
+
+def _save_output(df: DataFrame, path: Path) -> None:
+    """The rows of ``df`` as an Arrow IPC file of 64k-row batches."""
+    table = df.toArrow()
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
+        for batch in table.to_batches(max_chunksize=65536):
+            out.write_batch(batch)
+
+
 def run(scale: float) -> list[Result]:
     import pipeline
 
@@ -92,7 +144,7 @@ def run(scale: float) -> list[Result]:
             df = spark.read.format("journal").options(**opts).load()
             df.write.format("noop").mode("overwrite").save()
 
-        def json() -> None:
+        def read_json() -> None:
             df = spark.read.schema(json_schema).json(files)
             df.write.format("noop").mode("overwrite").save()
 
@@ -102,27 +154,45 @@ def run(scale: float) -> list[Result]:
             df = df.dropDuplicates(["uuid"])
             df.write.format("noop").mode("overwrite").save()
 
+        source = spark.read.format("journal").options(**opts).load()
+        _save_output(source, tmp / "committed.arrow")
+        spark.dataSource.register(ArrowReplay)
+        replay_opts = {"path": str(tmp / "committed.arrow"), "schema_json": source.schema.json()}
+
+        def replay() -> None:
+            df = spark.read.format("arrow-replay").options(**replay_opts).load()
+            df.write.format("noop").mode("overwrite").save()
+
         journal()  # warm up: worker start-up and imports are not throughput
+        replay()
         counts["journal"] = (
             spark.read.format("journal").options(**opts).load().where("page is not null").count()
+        )
+        counts["replay"] = (
+            spark.read.format("arrow-replay").options(**replay_opts).load()
+            .where("page is not null").count()
         )
         raw = spark.read.schema(json_schema).json(files).where("page is not null")
         counts["dedup"] = raw.withColumn("uuid", raw["_meta.uuid"]).dropDuplicates(["uuid"]).count()
         counts["json"] = spark.read.schema(json_schema).json(files).count()
         times = interleaved(
-            {"journal": journal, "json": json, "dedup": dedup},
+            {"journal": journal, "json": read_json, "dedup": dedup, "replay": replay},
             repeat=5 if scale >= 0.5 else 1,
         )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if counts["journal"] != committed:
-        raise AssertionError(f"read committed {counts['journal']} rows, {committed} committed")
+    for name in ("journal", "replay"):
+        if counts[name] != committed:
+            raise AssertionError(f"{name}: read {counts[name]} rows, {committed} committed")
     rows = counts["json"]
     json_rate = rows / times["json"]
     return [
         Result("spark: read committed vs spark.read.json (same files)",
                rows / times["journal"], "rows/s", baseline_name="spark.read.json",
                baseline=json_rate, target=1.0),
+        Result("spark: Arrow hand-off alone (same batches, from memory) vs spark.read.json",
+               rows / times["replay"], "rows/s", baseline_name="spark.read.json",
+               baseline=json_rate),
         Result("spark: json + dropDuplicates(uuid) vs spark.read.json",
                rows / times["dedup"], "rows/s", baseline_name="spark.read.json",
                baseline=json_rate),
