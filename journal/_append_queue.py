@@ -187,7 +187,7 @@ class AppendQueue:
         pending = self._pending
         data: list[bytes] = []
         futures: list[AppendFuture[AppendResult]] = []
-        ends: list[int] = []  # ends[i]: the size of data[: i + 1]
+        ends: list[int] | None = None
         pos = 0
         done: _Batch | None = None  # a finished batch whose futures are not resolved yet
         batch: _Batch | None = None
@@ -219,10 +219,16 @@ class AppendQueue:
                         return
                     data, futures = pending.take()
                 pos = 0
-                ends = list(accumulate(map(len, data)))
-            # As many appends as fit in max_batch_bytes, and at least one.
-            base = ends[pos - 1] if pos else 0
-            end = max(bisect_right(ends, base + self._max_batch_bytes, pos), pos + 1)
+                # ends[i]: the size of data[: i + 1]; not needed (nor made,
+                # per append) when everything taken fits in one batch.
+                ends = (list(accumulate(map(len, data)))
+                        if sum(map(len, data)) > self._max_batch_bytes else None)
+            if ends is None:
+                end = len(futures)
+            else:
+                # As many appends as fit in max_batch_bytes, and at least one.
+                base = ends[pos - 1] if pos else 0
+                end = max(bisect_right(ends, base + self._max_batch_bytes, pos), pos + 1)
             if pos == 0 and end == len(futures):
                 batch = self._begin(data, futures)
             else:

@@ -85,17 +85,13 @@ class JournalWriter(AppendQueue):
             self._close_files()
             return out, _wrap(self.jd.name, err)
         try:
-            ends = list(accumulate(map(len, data)))  # ends[i]: the size of data[: i + 1]
-            i, n = 0, len(data)
-            while i < n:
-                if self._committed() >= self._fragment_size:
-                    self._seal()
-                # Fill the open fragment up to fragment_size, at least one
-                # append: up to and including the append that reaches it.
-                room = self._fragment_size - self._committed()
-                j = min(bisect_left(ends, (ends[i - 1] if i else 0) + room, i) + 1, n)
-                out.extend(self._commit(data if i == 0 and j == n else data[i:j]))
-                i = j
+            room = self._fragment_size - self._committed()
+            if room > 0 and sum(map(len, data)) <= room:
+                # All of it fits in the open fragment (the common case): the
+                # one commit that _commit_in_fragments makes of it.
+                out = self._commit(data)
+            else:
+                self._commit_in_fragments(data, out)
         except BaseException as err:
             # The rest of the batch is not committed; the next batch starts
             # from a full recovery, which cuts whatever was half-written.
@@ -112,6 +108,21 @@ class JournalWriter(AppendQueue):
         finally:
             self._release()
         return out, None
+
+    def _commit_in_fragments(self, data: list[bytes], out: list[AppendResult]) -> None:
+        """Commit ``data`` in as many fragments as it takes, adding the
+        results to ``out`` as each commit lands."""
+        ends = list(accumulate(map(len, data)))  # ends[i]: the size of data[: i + 1]
+        i, n = 0, len(data)
+        while i < n:
+            if self._committed() >= self._fragment_size:
+                self._seal()
+            # Fill the open fragment up to fragment_size, at least one
+            # append: up to and including the append that reaches it.
+            room = self._fragment_size - self._committed()
+            j = min(bisect_left(ends, (ends[i - 1] if i else 0) + room, i) + 1, n)
+            out.extend(self._commit(data if i == 0 and j == n else data[i:j]))
+            i = j
 
     def _committed(self) -> int:
         assert self._rec is not None

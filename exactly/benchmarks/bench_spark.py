@@ -23,18 +23,11 @@ content is exactly the Gazette-named ``.raw`` fragment files that
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import cast
-
-import pyarrow as pa
-from pyspark.sql import DataFrame
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-from pyspark.sql.types import StructType
 
 from exactly.benchmarks._harness import Result, interleaved
 from journal import LocalJournalStore
@@ -88,47 +81,9 @@ def _populate(root: Path, n: int) -> tuple[list[str], int]:
     return files, committed
 
 
-class ArrowReplay(DataSource):
-    """``spark.read.format("arrow-replay")``: the record batches of an Arrow
-    IPC file (option ``path``), the even ones in one task and the odd ones in
-    another; the schema is the option ``schema_json`` (``StructType.json()``).
-    It only maps the file and hands its batches over."""
-
-    @classmethod
-    def name(cls) -> str:
-        return "arrow-replay"
-
-    def schema(self) -> StructType:
-        return StructType.fromJson(json.loads(self.options["schema_json"]))
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        return _ReplayReader(str(self.options["path"]))
-
-
-class _ReplayReader(DataSourceReader):
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def partitions(self) -> list[InputPartition]:
-        return [InputPartition(0), InputPartition(1)]
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        with pa.memory_map(self.path) as source:
-            batches = pa.ipc.open_file(source)
-            for i in range(partition.value, batches.num_record_batches, 2):
-                yield batches.get_batch(i)
-
-
-def _save_output(df: DataFrame, path: Path) -> None:
-    """The rows of ``df`` as an Arrow IPC file of 64k-row batches."""
-    table = df.toArrow()
-    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as out:
-        for batch in table.to_batches(max_chunksize=65536):
-            out.write_batch(batch)
-
-
 def run(scale: float) -> list[Result]:
     import pipeline
+    from exactly.benchmarks._arrow_replay import ArrowReplay, save_batches
 
     n = max(5000, int(400_000 * scale))
     spark = pipeline.local_session("local[2]")
@@ -155,7 +110,7 @@ def run(scale: float) -> list[Result]:
             df.write.format("noop").mode("overwrite").save()
 
         source = spark.read.format("journal").options(**opts).load()
-        _save_output(source, tmp / "committed.arrow")
+        save_batches(source, tmp / "committed.arrow")
         spark.dataSource.register(ArrowReplay)
         replay_opts = {"path": str(tmp / "committed.arrow"), "schema_json": source.schema.json()}
 
