@@ -73,9 +73,7 @@ def append_router(
     for anything else; None where it is not built (``append`` itself stays)."""
     if NATIVE is None:
         return None
-    router: Appender = NATIVE.AppendRouter(
-        queues, max_size, append
-    )
+    router: Appender = NATIVE.AppendRouter(queues, max_size, append)
     return router
 
 

@@ -122,7 +122,6 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit__native(void)
 {
-    init_hex();
     if (PyType_Ready(&SequencerType) < 0 || PyType_Ready(&ReaderType) < 0
         || PyType_Ready(&CommittedType) < 0 || PyType_Ready(&PublisherType) < 0) {
         return NULL;

@@ -110,9 +110,10 @@ def run(scale: float) -> list[Result]:
             df.write.format("noop").mode("overwrite").save()
 
         source = spark.read.format("journal").options(**opts).load()
-        save_batches(source, tmp / "committed.arrow")
+        batches = tmp / "committed.arrow"
+        save_batches(source, batches)
         spark.dataSource.register(ArrowReplay)
-        replay_opts = {"path": str(tmp / "committed.arrow"), "schema_json": source.schema.json()}
+        replay_opts = {"path": str(batches), "schema_json": source.schema.json()}
 
         def replay() -> None:
             df = spark.read.format("arrow-replay").options(**replay_opts).load()
@@ -120,9 +121,7 @@ def run(scale: float) -> list[Result]:
 
         journal()  # warm up: worker start-up and imports are not throughput
         replay()
-        counts["journal"] = (
-            spark.read.format("journal").options(**opts).load().where("page is not null").count()
-        )
+        counts["journal"] = source.where("page is not null").count()
         counts["replay"] = (
             spark.read.format("arrow-replay").options(**replay_opts).load()
             .where("page is not null").count()

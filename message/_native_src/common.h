@@ -191,23 +191,6 @@ new_envelope(PyObject *spec, long long begin, long long end, PyObject *msg)
 
 /* -- UUIDs of messages ---------------------------------------------------- */
 
-/* Hex digit values, -1 for other bytes. */
-static signed char HEX[256];
-
-static void
-init_hex(void)
-{
-    for (int i = 0; i < 256; i++) {
-        HEX[i] = -1;
-    }
-    for (int i = 0; i < 10; i++) {
-        HEX['0' + i] = (signed char)i;
-    }
-    for (int i = 0; i < 6; i++) {
-        HEX['a' + i] = HEX['A' + i] = (signed char)(10 + i);
-    }
-}
-
 #if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define HEX_SWAR 1
 #endif
@@ -273,12 +256,23 @@ parse_canonical36(const unsigned char *p, uint64_t *hi, uint64_t *lo)
     return 1;
 }
 #else
+/* The value of hex digit c (either case), or -1. */
+static inline int
+hex_value(unsigned char c)
+{
+    if (c >= '0' && c <= '9') {
+        return c - '0';
+    }
+    c |= 0x20; /* 'A'-'F' as 'a'-'f' */
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
 /* The value of 4 (8) hex digits at p; a byte that is no hex digit ORs a
  * negative value into *bad. */
 static inline uint32_t
 hex4(const unsigned char *p, int *bad)
 {
-    int a = HEX[p[0]], b = HEX[p[1]], c = HEX[p[2]], d = HEX[p[3]];
+    int a = hex_value(p[0]), b = hex_value(p[1]), c = hex_value(p[2]), d = hex_value(p[3]);
     *bad |= a | b | c | d;
     return (uint32_t)(((a & 0xF) << 12) | ((b & 0xF) << 8) | ((c & 0xF) << 4) | (d & 0xF));
 }
