@@ -403,6 +403,15 @@ static inline PyObject *
 value_of(PyObject *dict, PyObject *key, PyObject **seen)
 {
     if (*seen != NULL) {
+        if (PyDict_GET_SIZE(dict) == 1) {
+            /* {"uuid": ...} alone, as _meta mostly is: its one entry, when
+             * its key is that object, is dict[key]; quicker than a lookup. */
+            Py_ssize_t pos = 0;
+            PyObject *k, *v;
+            if (PyDict_Next(dict, &pos, &k, &v) && k == *seen) {
+                return v;
+            }
+        }
         return PyDict_GetItemWithError(dict, *seen);
     }
     PyObject *found = PyDict_GetItemWithError(dict, key);

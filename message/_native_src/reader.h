@@ -669,13 +669,18 @@ committed_next(Committed *c)
             committed_finish(c);
             return NULL;
         }
-        /* Its parts as the reader made them: no attribute read back. */
+        /* Its parts as the reader made them: no attribute read back. An
+         * envelope committing alone (most do) comes straight back. */
+        PyObject *alone = NULL;
         rc = seq_queue_parts(s, env, c->reader->last_msg, c->reader->spec,
-                             c->reader->last_begin);
+                             c->reader->last_begin, &alone);
         Py_DECREF(env);
         if (rc < 0) {
             committed_finish(c);
             return NULL;
+        }
+        if (alone != NULL) {
+            return alone;
         }
     }
 }

@@ -402,7 +402,7 @@ commit_span(Sequencer *s, Partial *p, uint64_t ack, PyObject *ack_env, long long
 }
 
 static int seq_queue_parts(Sequencer *s, PyObject *env, PyObject *msg, PyObject *spec,
-                           long long begin);
+                           long long begin, PyObject **alone);
 
 /* queue_uncommitted: 1 (True), 0 (False), -1 on error. */
 static int
@@ -417,17 +417,37 @@ seq_queue(Sequencer *s, PyObject *env)
     long long begin = 0;
     int rc = spec ? env_get_ll(env, C.d_begin, C.str_begin, &begin) : -1;
     if (rc == 0) {
-        rc = seq_queue_parts(s, env, msg, spec, begin);
+        rc = seq_queue_parts(s, env, msg, spec, begin, NULL);
     }
     Py_XDECREF(msg);
     Py_XDECREF(spec);
     return rc;
 }
 
+/* Hand out env, which commits alone: into out, or, if the caller takes
+ * such envelopes directly (alone != NULL), as *alone, a new reference (what
+ * seq_next would give next, leaving nothing to dequeue). -1 on error. */
+static inline int
+commit_alone(Sequencer *s, PyObject *env, uint64_t clock, PyObject **alone)
+{
+    if (alone != NULL) {
+        *alone = Py_NewRef(env);
+        return 0;
+    }
+    if (out_reserve(s, 1) < 0) {
+        return -1;
+    }
+    out_push(s, env, clock);
+    return 0;
+}
+
 /* queue_uncommitted of env, whose message, journal spec and begin offset
- * are given (borrowed): what a reader that made env knows already. */
+ * are given (borrowed): what a reader that made env knows already. With
+ * `alone`, an envelope that commits by itself is handed out there instead
+ * of queued for seq_next (*alone stays NULL otherwise). */
 static int
-seq_queue_parts(Sequencer *s, PyObject *env, PyObject *msg, PyObject *spec, long long begin)
+seq_queue_parts(Sequencer *s, PyObject *env, PyObject *msg, PyObject *spec, long long begin,
+                PyObject **alone)
 {
     if (s->out_pos < s->out_n || s->replay.active) {
         PyErr_SetString(PyExc_RuntimeError, "committed messages remain to dequeue");
@@ -442,11 +462,10 @@ seq_queue_parts(Sequencer *s, PyObject *env, PyObject *msg, PyObject *spec, long
     uint64_t seq = s->seq + 1; /* if kept; a drop returns before using it */
     if (clock == 0) {
         /* No clock: at-least-once. Commits at once, and is never tracked. */
-        if (out_reserve(s, 1) < 0) {
+        if (commit_alone(s, env, 0, alone) < 0) {
             return -1;
         }
         s->seq = seq;
-        out_push(s, env, 0);
         set_inflight(s, -1, env);
         return 1;
     }
@@ -477,9 +496,6 @@ seq_queue_parts(Sequencer *s, PyObject *env, PyObject *msg, PyObject *spec, long
         }
         return 0;
     }
-    if (out_reserve(s, 1) < 0) {
-        return -1;
-    }
     if (flags == ACK_TXN) {
         if (clock <= p->last_ack) {
             /* Roll-back: dropped, takes no slot. */
@@ -501,8 +517,8 @@ seq_queue_parts(Sequencer *s, PyObject *env, PyObject *msg, PyObject *spec, long
                 return -1;
             }
         }
-        else {
-            out_push(s, env, clock); /* an ACK with no span commits alone */
+        else if (commit_alone(s, env, clock, alone) < 0) { /* an ACK with no span */
+            return -1;
         }
     }
     else {
@@ -519,7 +535,9 @@ seq_queue_parts(Sequencer *s, PyObject *env, PyObject *msg, PyObject *spec, long
         }
         /* Commits itself; an open span (mixed committed and transactional
          * publishing by one producer) is discarded. */
-        out_push(s, env, clock);
+        if (commit_alone(s, env, clock, alone) < 0) {
+            return -1;
+        }
     }
     s->seq = seq;
     set_inflight(s, p - s->partials, env);

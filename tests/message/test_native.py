@@ -185,12 +185,14 @@ def odd_uuid_documents(w: Workload, rng: random.Random) -> list[Envelope]:
     """The workload's envelopes with JsonDocument messages, some of whose
     UUIDs are spelled oddly (upper case, braces, garbage: the nil UUID), with
     _meta first, last or missing, its keys as various str objects, and at
-    times a decoy object with another UUID before it."""
+    times a decoy object with another UUID before it; or, as the only entry
+    of _meta, the UUID under another key (the document then has none)."""
     out = []
     for env in w.envelopes:
         u = env.message.get_uuid()
         spell = rng.choice([str, str, str, *ODD_UUIDS])
-        meta = {spelled_key("uuid", rng): spell(u)}
+        key = spelled_key("uuid", rng) if rng.random() < 0.9 else rng.choice(["uuid_", "UUID"])
+        meta = {key: spell(u)}
         layout = rng.choice(["first", "first", "last", "last", "missing"])
         doc = JsonDocument()
         if rng.random() < 0.3:  # a decoy: the wrong key's UUID would differ
