@@ -23,6 +23,9 @@ cluster, past one machine; see docs/gazette.md) and ``MemoryJournalClient``
 AppendResult(journal='events/part-000', begin=0, end=9) b'{"n": 1}\n'
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any, Final
+
 from ._check import JournalProblem as JournalProblem
 from ._errors import AppendTooLargeError as AppendTooLargeError
 from ._errors import BrokerError as BrokerError
@@ -39,9 +42,6 @@ from ._errors import OffsetNotYetAvailableError as OffsetNotYetAvailableError
 from ._files import fsync_dir as fsync_dir
 from ._files import write_durably as write_durably
 from ._fragment import Fragment as Fragment
-from ._gazette.brokers import JournalRoute as JournalRoute
-from ._gazette.client import GazetteClient as GazetteClient
-from ._gazette.reader import GazetteReader as GazetteReader
 from ._interfaces import JournalClient as JournalClient
 from ._interfaces import JournalReader as JournalReader
 from ._interfaces import JournalStore as JournalStore
@@ -60,6 +60,33 @@ from ._spec import CONTENT_TYPE_LABEL as CONTENT_TYPE_LABEL
 from ._spec import AppendResult as AppendResult
 from ._spec import JournalSpec as JournalSpec
 from ._spec import validate_journal_name as validate_journal_name
+
+if TYPE_CHECKING:
+    from ._gazette.brokers import JournalRoute as JournalRoute
+    from ._gazette.client import GazetteClient as GazetteClient
+    from ._gazette.reader import GazetteReader as GazetteReader
+
+# The Gazette client loads grpc (tens of milliseconds) when first named, so
+# that programs on the embedded store never pay for it.
+_GAZETTE: Final = {
+    "GazetteClient": "client",
+    "GazetteReader": "reader",
+    "JournalRoute": "brokers",
+}
+
+
+if not TYPE_CHECKING:  # type checkers see the imports above, and no other name
+
+    def __getattr__(name: str) -> Any:
+        module = _GAZETTE.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{__name__}._gazette.{module}"), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *_GAZETTE})
 
 __all__ = [
     # Values

@@ -183,3 +183,33 @@ def test_installed_top_level_names_are_the_public_packages() -> None:
         "framing", "journal", "message", "pipeline", "exactly"}
     for p in packages:  # each listed package is a directory with its __init__.py
         assert (root / p.replace(".", "/") / "__init__.py").is_file(), p
+
+
+def test_the_gazette_client_loads_grpc_only_when_named() -> None:
+    """Programs on the embedded store import no grpc; naming the Gazette
+    client (attribute, ``from journal import ...``, ``*``) loads it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, message, journal, framing\n"
+        "assert 'grpc' not in sys.modules, 'grpc imported on the embedded store'\n"
+        "assert {'GazetteClient', 'GazetteReader', 'JournalRoute'} <= set(dir(journal))\n"
+        "from journal import GazetteClient\n"
+        "assert 'grpc' in sys.modules\n"
+        "from journal._gazette.client import GazetteClient as Real\n"
+        "assert GazetteClient is Real is journal.GazetteClient\n"
+        "ns = {}\n"
+        "exec('from journal import *', ns)\n"
+        "assert ns['GazetteReader'] is journal.GazetteReader\n"
+        "assert ns['JournalRoute'] is journal.JournalRoute\n"
+        "try:\n"
+        "    journal.NoSuchName\n"
+        "except AttributeError as e:\n"
+        "    assert 'NoSuchName' in str(e)\n"
+        "else:\n"
+        "    raise AssertionError('journal.NoSuchName exists')\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
