@@ -23,8 +23,8 @@ cluster, past one machine; see docs/gazette.md) and ``MemoryJournalClient``
 AppendResult(journal='events/part-000', begin=0, end=9) b'{"n": 1}\n'
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
+import importlib as _importlib
+import typing as _typing
 
 from ._check import JournalProblem as JournalProblem
 from ._errors import AppendTooLargeError as AppendTooLargeError
@@ -61,27 +61,27 @@ from ._spec import AppendResult as AppendResult
 from ._spec import JournalSpec as JournalSpec
 from ._spec import validate_journal_name as validate_journal_name
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from ._gazette.brokers import JournalRoute as JournalRoute
     from ._gazette.client import GazetteClient as GazetteClient
     from ._gazette.reader import GazetteReader as GazetteReader
 
 # The Gazette client loads grpc (tens of milliseconds) when first named, so
 # that programs on the embedded store never pay for it.
-_GAZETTE: Final = {
+_GAZETTE: _typing.Final = {
     "GazetteClient": "client",
     "GazetteReader": "reader",
     "JournalRoute": "brokers",
 }
 
 
-if not TYPE_CHECKING:  # type checkers see the imports above, and no other name
+if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no other name
 
-    def __getattr__(name: str) -> Any:
+    def __getattr__(name: str) -> _typing.Any:
         module = _GAZETTE.get(name)
         if module is None:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{__name__}._gazette.{module}"), name)
+        value = getattr(_importlib.import_module(f"{__name__}._gazette.{module}"), name)
         globals()[name] = value
         return value
 
