@@ -27,11 +27,14 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from exactly.benchmarks._harness import Result, interleaved
 from journal import LocalJournalStore
 from message import JsonDocument, Publisher, Transaction, modulo_mapping
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 _CONTENT = "session string, page string, ms long"
 _PAGES = ["/", "/search", "/product/1", "/product/2", "/cart", "/checkout"]
@@ -115,17 +118,16 @@ def run(scale: float) -> list[Result]:
         spark.dataSource.register(ArrowReplay)
         replay_opts = {"path": str(batches), "schema_json": source.schema.json()}
 
+        def load_replay() -> DataFrame:
+            return spark.read.format("arrow-replay").options(**replay_opts).load()
+
         def replay() -> None:
-            df = spark.read.format("arrow-replay").options(**replay_opts).load()
-            df.write.format("noop").mode("overwrite").save()
+            load_replay().write.format("noop").mode("overwrite").save()
 
         journal()  # warm up: worker start-up and imports are not throughput
         replay()
         counts["journal"] = source.where("page is not null").count()
-        counts["replay"] = (
-            spark.read.format("arrow-replay").options(**replay_opts).load()
-            .where("page is not null").count()
-        )
+        counts["replay"] = load_replay().where("page is not null").count()
         raw = spark.read.schema(json_schema).json(files).where("page is not null")
         counts["dedup"] = raw.withColumn("uuid", raw["_meta.uuid"]).dropDuplicates(["uuid"]).count()
         counts["json"] = spark.read.schema(json_schema).json(files).count()
