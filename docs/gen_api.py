@@ -15,7 +15,7 @@ from pathlib import Path
 # signatures and docstrings (the native core has the same methods).
 os.environ["EXACTLY_PURE_PYTHON"] = "1"
 
-PACKAGES = ("message", "message.arrow", "framing", "journal", "pipeline")
+PACKAGES = ("message", "message.arrow", "framing", "journal", "consumer", "pipeline")
 HERE = Path(__file__).resolve().parent
 
 

@@ -98,10 +98,10 @@ checkpoint::
     >>> resumed.close(); store.close()
 """
 
+from typing import TYPE_CHECKING
+
 from ._checkpoint import Checkpoint as Checkpoint
 from ._core import IMPLEMENTATION as IMPLEMENTATION
-from ._core import Publisher as Publisher
-from ._core import Sequencer as Sequencer
 from ._envelope import Envelope as Envelope
 from ._envelope import JournalProducer as JournalProducer
 from ._envelope import ProducerState as ProducerState
@@ -145,6 +145,14 @@ from ._uuid import get_flags as get_flags
 from ._uuid import get_producer_id as get_producer_id
 from ._uuid import new_clock as new_clock
 from ._uuid import new_producer_id as new_producer_id
+
+if TYPE_CHECKING:
+    # Type checkers see the definitions (the readable implementation, whose
+    # methods the native one shares) and can use them as types.
+    from ._publisher import Publisher as Publisher
+    from ._sequencer import Sequencer as Sequencer
+else:
+    from ._core import Publisher, Sequencer
 
 __all__ = [
     # identifiers

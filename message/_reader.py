@@ -280,6 +280,13 @@ class ReadUncommittedIter(_EnvelopeIter):
         self._gen.close()
         self._reader.close()  # if _gen never started, closing it did nothing
 
+    def interrupt(self) -> None:
+        """End an iteration running in another thread: the journal reader is
+        closed, so that a read blocked in it (``block=True``) returns and the
+        iteration stops, by ending or by raising ``ValueError``. The thread
+        that iterates still calls :meth:`close`. Safe from any thread."""
+        self._reader.close()
+
     def _damaged(self, exc: CorruptJournalError, begin: int, end: int) -> None:
         """Told by the reader that the journal's bytes ``[begin, end)`` are
         damaged (a fragment that does not match its name, a missing one) and

@@ -29,6 +29,14 @@ def test_message_tour_doctests() -> None:
     assert tried > 0 and failures == 0
 
 
+def test_consumer_tour_doctests() -> None:
+    """The examples of the consumer package's guided tour run."""
+    import consumer
+
+    failures, tried = doctest.testmod(consumer, optionflags=doctest.ELLIPSIS)
+    assert tried > 0 and failures == 0
+
+
 def test_readme_python_example_runs(tmp_path: Path) -> None:
     """The README's Python example runs as written (in a scratch directory)."""
     text = (ROOT / "README.md").read_text()

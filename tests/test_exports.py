@@ -28,6 +28,10 @@ SPEC_NAMES = {
         "AppendResult", "JournalClient", "LocalJournalStore", "JournalError",
         "JournalNotFoundError", "JournalExistsError", "JournalStore", "GazetteClient",
     ],
+    "consumer": [
+        "ShardSpec", "Shard", "Application", "Store", "JSONFileStore", "SQLiteStore",
+        "PostgresStore", "Runner", "ConsumerError", "FencedError",
+    ],
 }
 
 
@@ -40,7 +44,7 @@ def test_spec_names_are_exported(package: str) -> None:
         assert name in mod.__all__, f"{package}.__all__ lacks {name}"
 
 
-@pytest.mark.parametrize("package", ["message", "framing", "journal", "pipeline"])
+@pytest.mark.parametrize("package", ["message", "framing", "journal", "consumer", "pipeline"])
 def test_all_names_exist(package: str) -> None:
     """__all__ lists only names that exist."""
     mod = importlib.import_module(package)
@@ -60,10 +64,14 @@ def test_error_hierarchy() -> None:
     assert issubclass(framing.UnknownContentTypeError, ValueError)
     assert issubclass(journal.LabelSelectorError, ValueError)
     assert issubclass(journal.JournalNotFoundError, journal.JournalError)
+    import consumer
+
+    assert issubclass(consumer.FencedError, consumer.ConsumerError)
+    assert issubclass(consumer.StoreError, consumer.ConsumerError)
 
 
 def test_dependencies_flow_one_way() -> None:
-    """framing and journal never import message (nor pipeline)."""
+    """framing and journal never import message (nor pipeline, nor consumer)."""
     import ast
     from pathlib import Path
 
@@ -79,7 +87,7 @@ def test_dependencies_flow_one_way() -> None:
                     names = [node.module or ""]
                 for n in names:
                     top = n.split(".")[0]
-                    assert top not in ("message", "pipeline"), f"{path} imports {n}"
+                    assert top not in ("message", "pipeline", "consumer"), f"{path} imports {n}"
 
 
 # The packages and what each may import: only the packages below it.
@@ -87,8 +95,9 @@ LAYERS = {
     "framing": set(),
     "journal": {"framing"},
     "message": {"framing", "journal"},
+    "consumer": {"framing", "journal", "message"},
     "pipeline": {"framing", "journal", "message"},
-    "exactly": {"framing", "journal", "message", "pipeline"},
+    "exactly": {"framing", "journal", "message", "consumer", "pipeline"},
 }
 
 
@@ -108,7 +117,7 @@ def _imports(path: object) -> list[tuple[int, str]]:
 
 
 def test_packages_import_only_the_packages_below_them() -> None:
-    """framing <- journal <- message <- pipeline <- exactly: no import runs up."""
+    """framing <- journal <- message <- {consumer, pipeline} <- exactly: no import runs up."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
@@ -180,7 +189,7 @@ def test_installed_top_level_names_are_the_public_packages() -> None:
     config = tomllib.loads((root / "pyproject.toml").read_text())
     packages = config["tool"]["setuptools"]["packages"]
     assert {p.split(".")[0] for p in packages} == {
-        "framing", "journal", "message", "pipeline", "exactly"}
+        "framing", "journal", "message", "consumer", "pipeline", "exactly"}
     for p in packages:  # each listed package is a directory with its __init__.py
         assert (root / p.replace(".", "/") / "__init__.py").is_file(), p
 

@@ -1,0 +1,90 @@
+"""Exactly-once processing: read, change state, publish, commit all three together.
+
+A consumer application reads committed messages from source journals,
+changes the state in its store and publishes messages because of them. The
+runtime commits each transaction's reading (offsets and producer states),
+the store's changes and the messages published in one step — the store's
+own commit — and only then appends the ACKs that make the output visible:
+through crashes, restarts and zombie copies of itself, each transaction
+commits exactly once. It is Gazette's consumer transaction lifecycle (see
+docs/consumer.md).
+
+**Write an application**: a store per shard, a message type, and what to
+do with each message::
+
+    >>> import tempfile
+    >>> from journal import LocalJournalStore
+    >>> from message import JsonDocument, modulo_mapping
+    >>> from consumer import Application, JSONFileStore, Runner, ShardSpec
+    >>> work = tempfile.mkdtemp()
+    >>> journals = LocalJournalStore(f"{work}/journals")
+    >>> ndjson = {"content-type": "application/x-ndjson"}
+    >>> words = journals.create("words", ndjson)
+    >>> totals = journals.create("totals", ndjson)
+    >>> to_totals = modulo_mapping(lambda doc: doc["word"], lambda: [totals])
+    >>> class WordCount(Application):
+    ...     def new_store(self, shard):
+    ...         return JSONFileStore(f"{work}/state/{shard.id}")
+    ...     def new_message(self, spec):
+    ...         return JsonDocument()
+    ...     def consume_message(self, shard, store, envelope, publisher):
+    ...         word = envelope.message["word"]
+    ...         store.state[word] = n = store.state.get(word, 0) + 1
+    ...         publisher.publish_uncommitted(to_totals, JsonDocument(word=word, n=n))
+
+**Publish** some input (committed at once, here)::
+
+    >>> from message import Publisher
+    >>> to_words = modulo_mapping(lambda doc: doc["word"], lambda: [words])
+    >>> pub = Publisher(journals)
+    >>> for w in "the cat saw the dog".split():
+    ...     _ = pub.publish_committed(to_words, JsonDocument(word=w))
+
+**Run** the shard until it has read everything and committed it; a
+restart resumes from the committed checkpoint, and repeats nothing::
+
+    >>> spec = ShardSpec("word-count", sources=["words"])
+    >>> with Runner(journals, WordCount(), [spec]) as runner:
+    ...     runner.run_until_idle(timeout=30)
+    >>> _ = pub.publish_committed(to_words, JsonDocument(word="cat"))
+    >>> with Runner(journals, WordCount(), [spec]) as runner:   # a restart
+    ...     runner.run_until_idle(timeout=30)
+
+**Read** the output committed (the ACKs that commit it are left out)::
+
+    >>> from message import ReadCommittedIter
+    >>> with ReadCommittedIter(journals, "totals", lambda spec: JsonDocument()) as it:
+    ...     [(d["word"], d["n"]) for d in (env.message for env in it) if "word" in d]
+    [('the', 1), ('cat', 1), ('saw', 1), ('the', 2), ('dog', 1), ('cat', 2)]
+    >>> journals.close()
+
+Stores: :class:`JSONFileStore` (a dict, written whole at each commit),
+:class:`SQLiteStore` and :class:`PostgresStore` (the application's SQL
+statements and the checkpoint in one SQL transaction). Any object with the
+:class:`Store` methods is a store; ``consumer.testing.check_store`` holds it
+to the contract.
+"""
+
+from ._errors import ConsumerError as ConsumerError
+from ._errors import FencedError as FencedError
+from ._errors import StoreError as StoreError
+from ._interfaces import Application as Application
+from ._interfaces import Store as Store
+from ._json_store import JSONFileStore as JSONFileStore
+from ._runner import Runner as Runner
+from ._shard import Shard as Shard
+from ._shard import ShardSpec as ShardSpec
+from ._sql_store import PostgresStore as PostgresStore
+from ._sql_store import SQLiteStore as SQLiteStore
+from ._sql_store import SQLStore as SQLStore
+
+__all__ = [
+    # what a consumer is made of
+    "ShardSpec", "Shard", "Application", "Store",
+    # running it
+    "Runner",
+    # stores
+    "JSONFileStore", "SQLiteStore", "PostgresStore", "SQLStore",
+    # errors
+    "ConsumerError", "FencedError", "StoreError",
+]

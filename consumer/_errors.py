@@ -1,0 +1,40 @@
+"""Errors of the ``consumer`` package.
+
+::
+
+    ConsumerError
+     ├── FencedError        another instance of the shard's store restored
+     │                      since this one did: this instance may not commit
+     │                      (.shard)
+     └── StoreError         a store could not restore or commit (.shard, .store);
+                            the cause is chained
+
+An exception raised by the application itself (``consume_message``,
+``finalize_txn``, ...) is never wrapped: the runtime stops the shard and
+raises it as it is. Journal errors keep their own tree (``journal.JournalError``).
+"""
+
+from __future__ import annotations
+
+
+class ConsumerError(Exception):
+    """Base of every error raised by the ``consumer`` package."""
+
+
+class FencedError(ConsumerError):
+    """A newer instance of this shard restored its store: this one is a
+    zombie, and its transaction must not commit."""
+
+    def __init__(self, message: str, *, shard: str) -> None:
+        super().__init__(message)
+        self.shard = shard
+
+
+class StoreError(ConsumerError):
+    """A store failed to restore a checkpoint or to commit one (the cause is
+    chained), or holds something that is not a checkpoint."""
+
+    def __init__(self, message: str, *, shard: str | None = None, store: str = "") -> None:
+        super().__init__(message)
+        self.shard = shard
+        self.store = store

@@ -1,0 +1,192 @@
+"""``JSONFileStore``: a shard's state as one JSON document, rewritten at each commit.
+
+The store is a directory. Each commit writes the whole state and the
+checkpoint as one file, ``<generation>.json``, generation numbers counting
+up; the newest file is the store. A commit writes a temporary file, fsyncs
+it, then *links* it to the next generation's name and fsyncs the directory.
+``link`` never replaces a name that exists: that is the fence.
+
+- ``restore_checkpoint`` reads the newest generation ``g`` and links it
+  again as ``g + 1``: an instance that restored earlier, whose next commit
+  would be ``g + 1``, finds the name taken and raises ``FencedError``. (If
+  that instance committed ``g + 1`` first, the restore sees it and tries
+  again from there.)
+- Old generations are removed, keeping the newest few. A zombie whose next
+  name was removed since could link it again; it then finds a newer
+  generation in the directory, removes its file and raises ``FencedError``.
+
+Nothing is locked, so a stopped instance (SIGSTOP, a paused VM) never keeps
+a new one from restoring. It holds on one machine, or on a shared file
+system whose ``link`` is atomic and fails on an existing name (NFSv3+).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import orjson
+
+from journal import fsync_dir
+from message import Checkpoint, CheckpointError
+
+from ._errors import ConsumerError, FencedError, StoreError
+
+if TYPE_CHECKING:
+    from ._shard import Shard
+
+_NAME: Final = re.compile(r"(\d{16})\.json")
+#: Generations kept besides the newest (a few, so that nothing is read
+#: while being removed).
+_KEEP: Final = 3
+
+
+class JSONFileStore:
+    """A shard's state, ``.state`` (a dict of JSON values), and its
+    checkpoint, written whole and atomically at each commit into the
+    directory ``path`` (created if needed; see the module docstring).
+
+    ``restore_checkpoint`` loads ``.state`` as last committed (``{}`` at
+    first). The application reads and changes ``.state`` in place during a
+    transaction; ``start_commit`` writes it with the checkpoint. Suited to
+    state of a few megabytes at most: all of it is written at every commit.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.state: dict[str, Any] = {}
+        self._gen: int | None = None  # the generation this instance wrote last
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise StoreError(f"{self.path}: not a directory: {exc}", store="JSONFileStore") from exc
+
+    def __repr__(self) -> str:
+        return f"JSONFileStore({str(self.path)!r})"
+
+    # -- the generations -----------------------------------------------------
+
+    def _file(self, gen: int) -> Path:
+        return self.path / f"{gen:016d}.json"
+
+    def _generations(self) -> list[int]:
+        gens = []
+        for name in os.listdir(self.path):
+            m = _NAME.fullmatch(name)
+            if m:
+                gens.append(int(m.group(1)))
+        gens.sort()
+        return gens
+
+    def _read(self, gen: int) -> tuple[Checkpoint, dict[str, Any]]:
+        path = self._file(gen)
+        try:
+            doc = orjson.loads(path.read_bytes())
+            state = doc["state"]
+            if not isinstance(state, dict):
+                raise TypeError(f"its state is a {type(state).__name__}, not an object")
+            return Checkpoint.from_dict(doc["checkpoint"]), state
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError, CheckpointError) as exc:
+            raise StoreError(
+                f"{path}: not a JSONFileStore state file: {exc}", store="JSONFileStore"
+            ) from exc
+
+    def _write_temp(self, checkpoint: Checkpoint, state: dict[str, Any]) -> Path:
+        try:
+            data = orjson.dumps({"checkpoint": checkpoint.to_dict(), "state": state})
+        except TypeError as exc:
+            raise StoreError(
+                f"{self.path}: the state is not JSON (str keys, JSON values): {exc}",
+                store="JSONFileStore",
+            ) from exc
+        tmp = self.path / f".tmp-{os.getpid()}-{secrets.token_hex(6)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            tmp.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        return tmp
+
+    def _link(self, source: Path, gen: int) -> bool:
+        """Make ``source`` generation ``gen``; False if that name is taken."""
+        try:
+            os.link(source, self._file(gen))
+        except FileExistsError:
+            return False
+        fsync_dir(self.path)
+        return True
+
+    # -- Store -----------------------------------------------------------------
+
+    def restore_checkpoint(self, shard: Shard) -> Checkpoint:
+        """The last committed checkpoint, with ``.state`` as committed with
+        it; fences off every instance that restored before."""
+        while True:
+            gens = self._generations()
+            if not gens:
+                tmp = self._write_temp(Checkpoint(), {})
+                try:
+                    taken = self._link(tmp, 1)
+                finally:
+                    tmp.unlink(missing_ok=True)
+                if taken:
+                    self._gen, self.state = 1, {}
+                    return Checkpoint()
+                continue
+            top = gens[-1]
+            cp, state = self._read(top)
+            if self._link(self._file(top), top + 1):
+                self._gen, self.state = top + 1, state
+                return cp
+
+    def start_commit(self, shard: Shard, checkpoint: Checkpoint) -> None:
+        """Write ``.state`` and ``checkpoint`` as the next generation, durably;
+        ``FencedError`` if another instance restored since this one did."""
+        if self._gen is None:
+            raise ConsumerError(f"{self!r}: restore_checkpoint() before start_commit()")
+        tmp = self._write_temp(checkpoint, self.state)
+        nxt = self._gen + 1
+        try:
+            taken = self._link(tmp, nxt)
+        finally:
+            tmp.unlink(missing_ok=True)
+        if not taken:
+            raise FencedError(
+                f"shard {shard.id}: {self.path} was restored by another instance",
+                shard=shard.id,
+            )
+        gens = self._generations()
+        if gens[-1] > nxt:
+            # Our next name had been removed as old: a newer instance has
+            # long committed past it. Ours is no commit.
+            self._file(nxt).unlink(missing_ok=True)
+            fsync_dir(self.path)
+            raise FencedError(
+                f"shard {shard.id}: {self.path} was restored by another instance",
+                shard=shard.id,
+            )
+        self._gen = nxt
+        for old in gens:
+            if old > nxt - _KEEP:
+                break
+            self._file(old).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        """Nothing is held open between commits."""
+
+    def read_checkpoint(self) -> tuple[Checkpoint, dict[str, Any]]:
+        """The last committed checkpoint and state, read without fencing
+        anything (for inspection: ``exactly shards show``)."""
+        gens = self._generations()
+        if not gens:
+            return Checkpoint(), {}
+        return self._read(gens[-1])

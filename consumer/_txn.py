@@ -1,0 +1,393 @@
+"""The life of one shard: restore, recover, then transactions until stopped.
+
+One thread runs a shard (``ShardLoop``). It restores the store's
+checkpoint, appends the checkpoint's ACK intents again, starts a reader per
+source (``_sources``), and then runs transactions, as Gazette's consumer
+does (``consumer/transaction.go``):
+
+1. the first committed message ready begins a transaction
+   (``begin_txn``); each committed message of a source goes to
+   ``consume_message`` — every envelope the readers deliver is queued into
+   the shard's one Sequencer, which drops duplicates, holds transactions
+   until their ACK and replays what its ring no longer holds; ACKs are not
+   handed over;
+2. the transaction ends once ``max_txn_duration`` has passed since it
+   began, or when no message is ready and ``min_txn_duration`` has passed;
+3. ``finalize_txn``; then, once every message the shard published (and the
+   previous transaction's ACKs) is durable, the checkpoint — read offsets,
+   producer states and the ACK intents of this transaction — is committed
+   with the store's changes by ``start_commit``;
+4. only then are the ACK intents appended: downstream readers see the
+   output. A crash before step 3 leaves the output uncommitted (rolled back
+   by the next start's re-appended intents where this producer wrote
+   before); a crash after it is finished by the next start.
+
+The readers keep decoding while a commit waits on fsyncs and appends, so
+the next transaction's reading overlaps the commit of the last.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+from journal import JournalNotFoundError
+from message import (
+    Checkpoint,
+    Envelope,
+    Flags,
+    MustStartReplay,
+    Publisher,
+    ReadUncommittedIter,
+    Sequencer,
+    get_flags,
+)
+
+from ._appends import RecordingClient
+from ._errors import ConsumerError, FencedError, StoreError
+from ._shard import Shard, ShardSpec
+from ._sources import Inbox, ReadFailed, SourceReader
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from journal import AppendResult, JournalClient
+
+    from ._interfaces import Application, Store
+
+log = logging.getLogger("consumer")
+
+#: Producers idle this much longer than the newest of their journal are
+#: forgotten at a checkpoint (Gazette's consumers use the same horizon).
+PRUNE_HORIZON: Final = datetime.timedelta(hours=24)
+
+_ACK: Final = int(Flags.ACK_TXN)
+
+
+def _is_ack(env: Envelope) -> bool:
+    return get_flags(env.message.get_uuid()) == _ACK
+
+
+class ShardLoop:
+    """Serves one shard on a thread of its own (see the module docstring).
+
+    ``error`` is what stopped it, if anything did; ``finished`` is set once
+    its thread is done. ``quiescent`` is True while it waits for input with
+    no transaction open and every append of its own durable; ``on_progress``
+    is called whenever it becomes quiescent and when it finishes.
+    """
+
+    def __init__(
+        self,
+        client: JournalClient,
+        app: Application,
+        spec: ShardSpec,
+        on_progress: Callable[[], None],
+    ) -> None:
+        self.spec = spec
+        self.shard = Shard(spec, client)
+        self._client = client
+        self._app = app
+        self._on_progress = on_progress
+        self._inbox = Inbox()
+        self._readers: list[SourceReader] = []
+        self._stop = False
+        self._thread = threading.Thread(
+            target=self._main, name=f"exactly shard {spec.id}", daemon=True
+        )
+        self.error: BaseException | None = None
+        self.finished = False
+        self.quiescent = False
+        #: Transactions committed and messages consumed by them, since the start.
+        self.transactions = 0
+        self.messages = 0
+        self._store: Store | None = None
+        self._appends = RecordingClient(client)
+        self._publisher: Publisher | None = None
+        self._seq: Sequencer | None = None
+        self._read_through: dict[str, int] = {}
+        self._replaying: ReadUncommittedIter | None = None
+
+    # -- control, from the runner's thread ------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request_stop(self) -> None:
+        """Ask the shard to commit its open transaction and stop."""
+        self._stop = True
+        inbox = self._inbox
+        inbox.stopping = True
+        for reader in list(self._readers):
+            reader.interrupt()
+        inbox.wake()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def caught_up(self, head: Callable[[str], int]) -> bool:
+        """True if the shard is quiescent and has read each source through
+        ``head(journal)``, taken now."""
+        if not self.quiescent:
+            return False
+        delivered = [(r.journal, r.delivered) for r in self._readers]
+        if self._inbox.items or not self.quiescent:
+            return False
+        return all(offset >= head(journal) for journal, offset in delivered)
+
+    # -- the shard's thread ----------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:
+            self.error = exc
+            log.error("shard %s stopped: %s", self.spec.id, _describe(exc))
+        finally:
+            self._shutdown()
+            self.finished = True
+            self._on_progress()
+
+    def _serve(self) -> None:
+        spec, shard, app = self.spec, self.shard, self._app
+        store = self._store = app.new_store(shard)
+        cp = _restore(store, shard)
+        self._recover(cp)
+        # A Publisher of this start of the shard: a fresh producer ID, and
+        # its own clock, which follows the wall clock.
+        self._publisher = Publisher(self._appends)
+        self._seq = Sequencer(cp.states)
+        self._read_through = dict(cp.offsets)
+        for journal in spec.sources:
+            offset = self._read_through.setdefault(journal, 0)
+            self._readers.append(
+                SourceReader(self._client, journal, app.new_message, offset, self._inbox)
+            )
+        log.info(
+            "shard %s serving %s from offsets %s (%d producers known, producer %s)",
+            spec.id, ", ".join(spec.sources),
+            {j: self._read_through[j] for j in spec.sources}, len(cp.states),
+            self._publisher.producer_id.hex(),
+        )
+        for reader in self._readers:
+            if not self._stop:
+                reader.start()
+        while not self._stop and self._transaction():
+            pass
+
+    def _recover(self, cp: Checkpoint) -> None:
+        """Append the restored checkpoint's ACK intents again: this commits a
+        transaction whose ACKs a crash cut short, and rolls back what this
+        store's last producer published after it."""
+        if not cp.ack_intents:
+            return
+        futures: list[tuple[str, Future[AppendResult] | None]] = []
+        for journal, intent in cp.ack_intents.items():
+            try:
+                futures.append((journal, self._client.append(journal, intent)))
+            except JournalNotFoundError:
+                futures.append((journal, None))
+        for journal, future in futures:
+            try:
+                if future is None:
+                    raise JournalNotFoundError(journal)
+                future.result()
+            except JournalNotFoundError:
+                log.warning(
+                    "shard %s: the recovered ACK intent of journal %s is dropped:"
+                    " the journal no longer exists", self.spec.id, journal,
+                )
+        log.info("shard %s: appended the ACK intents of its last commit again (%s)",
+                 self.spec.id, ", ".join(cp.ack_intents))
+
+    def _transaction(self) -> bool:
+        """Run one transaction; False if the shard stopped before one began."""
+        env = self._next(None)
+        if env is None:
+            return False
+        spec, shard, app = self.spec, self.shard, self._app
+        store, publisher = self._store, self._publisher
+        assert store is not None and publisher is not None
+        app.begin_txn(shard, store)
+        began = time.monotonic()
+        max_end = began + spec.max_txn_duration
+        min_end = began + spec.min_txn_duration
+        consume = app.consume_message
+        monotonic = time.monotonic
+        nxt = self._next
+        count = 0
+        while True:
+            consume(shard, store, env, publisher)
+            count += 1
+            now = monotonic()
+            if now >= max_end or self._stop:
+                break
+            env = nxt(0.0)
+            if env is None:
+                if now >= min_end:
+                    break
+                env = nxt(min_end - now)
+                if env is None:
+                    break
+        self._commit(count, began)
+        return True
+
+    def _next(self, timeout: float | None) -> Envelope | None:
+        """The next committed message to consume (ACKs are skipped), waiting
+        up to ``timeout`` seconds for one (None: until the shard stops).
+        None when none came in time, or the shard is stopping."""
+        seq = self._seq
+        assert seq is not None
+        deque_committed, queue_uncommitted = seq.deque_committed, seq.queue_uncommitted
+        committed_by = seq.committed_by
+        items = self._inbox.items
+        popleft = items.popleft
+        read_through = self._read_through
+        deadline: float | None = None
+        while True:
+            try:
+                env = deque_committed()
+            except MustStartReplay as exc:
+                self._start_replay(exc)
+                continue
+            if env is not None:
+                # Only the envelope that commits a sequence can be its ACK.
+                if env is committed_by() and _is_ack(env):
+                    continue
+                return env
+            if items:
+                self.quiescent = False  # before taking: see caught_up
+                item = popleft()
+                if isinstance(item, ReadFailed):
+                    item.error.add_note(f"reading source {item.journal} of shard {self.spec.id}")
+                    raise item.error
+                queue_uncommitted(item)
+                read_through[item.journal.name] = item.end
+                continue
+            if self._stop or timeout == 0.0:
+                return None
+            if timeout is None:
+                self._rest()
+                self._inbox.wait(None)
+                continue
+            if deadline is None:
+                deadline = time.monotonic() + timeout
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            self._inbox.wait(left)
+
+    def _rest(self) -> None:
+        """Nothing to do: once the last ACKs are durable, say so."""
+        if self._appends.outstanding:
+            self._appends.settle()
+        if not self.quiescent:
+            self.quiescent = True
+            self._on_progress()
+
+    def _start_replay(self, exc: MustStartReplay) -> None:
+        seq = self._seq
+        assert seq is not None
+        begin, end = seq.replay_range()
+        if self._replaying is not None:
+            self._replaying.close()
+        self._replaying = ReadUncommittedIter(
+            self._client, exc.journal, self._app.new_message, offset=begin, end_offset=end
+        )
+        log.debug("shard %s: replaying %s [%d, %d)", self.spec.id, exc.journal, begin, end)
+        seq.start_replay(self._replaying)
+
+    def _commit(self, count: int, began: float) -> None:
+        shard, store, publisher, seq = self.shard, self._store, self._publisher, self._seq
+        assert store is not None and publisher is not None and seq is not None
+        self._app.finalize_txn(shard, store, publisher)
+        # What the transaction published, and the last ACKs, must be
+        # durable before a checkpoint that depends on them commits.
+        self._appends.settle()
+        states, inflight = seq.checkpoint_states(PRUNE_HORIZON)
+        offsets = dict(self._read_through)
+        if inflight is not None:
+            # Stopped in the middle of a committed sequence: re-read from
+            # the envelope that committed it.
+            offsets[inflight[0]] = inflight[1]
+        intents = publisher.build_ack_intents()
+        cp = Checkpoint(offsets, states, {i.journal: i.intent for i in intents})
+        committing = time.monotonic()
+        try:
+            store.start_commit(shard, cp)
+        except ConsumerError:
+            raise
+        except Exception as exc:
+            raise StoreError(
+                f"shard {shard.id}: the store's commit failed: {exc}", shard=shard.id,
+                store=type(store).__name__,
+            ) from exc
+        # Committed: now downstream readers may see what it published.
+        append = self._appends.append
+        for i in intents:
+            append(i.journal, i.intent)
+        self.transactions += 1
+        self.messages += count
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "shard %s: transaction %d committed: %d messages, %.1f ms consuming,"
+                " %.1f ms committing", shard.id, self.transactions, count,
+                (committing - began) * 1e3, (time.monotonic() - committing) * 1e3,
+            )
+
+    def _shutdown(self) -> None:
+        """Release everything; on a failure, roll back the open transaction's
+        output (its producer will never ACK it) rather than leave it pending."""
+        self._inbox.stopping = True
+        for reader in self._readers:
+            reader.stop()
+        if self._replaying is not None:
+            self._replaying.close()
+        publisher = self._publisher
+        if self.error is not None and publisher is not None and publisher.has_open_transaction:
+            try:
+                for i in publisher.build_rollback_intents():
+                    self._appends.append(i.journal, i.intent)
+                self._appends.settle(timeout=10.0)
+            except Exception as exc:  # the shard failed already: say it, keep the first error
+                log.warning("shard %s: its open transaction was not rolled back: %s",
+                            self.spec.id, exc)
+        elif self.error is None and self._appends.outstanding:
+            try:
+                self._appends.settle()  # the last ACKs are durable before stop() returns
+            except Exception as exc:
+                self.error = exc
+        if self._store is not None:
+            try:
+                self._store.close()
+            except Exception as exc:
+                log.warning("shard %s: closing its store failed: %s", self.spec.id, exc)
+
+
+def _restore(store: Store, shard: Shard) -> Checkpoint:
+    try:
+        cp = store.restore_checkpoint(shard)
+    except ConsumerError:
+        raise
+    except Exception as exc:
+        raise StoreError(
+            f"shard {shard.id}: restoring the store's checkpoint failed: {exc}",
+            shard=shard.id, store=type(store).__name__,
+        ) from exc
+    if not isinstance(cp, Checkpoint):
+        raise StoreError(
+            f"shard {shard.id}: {type(store).__name__}.restore_checkpoint returned"
+            f" {type(cp).__name__}, not a message.Checkpoint",
+            shard=shard.id, store=type(store).__name__,
+        )
+    return cp
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, FencedError):
+        return f"fenced off: {exc}"
+    return f"{type(exc).__name__}: {exc}"
