@@ -218,3 +218,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.gazette)
         if SPARK_MISSING and (spark & names or item.get_closest_marker("spark")):
             item.add_marker(pytest.mark.skip(reason=SPARK_REASON))
+
+
+# -- a PostgreSQL server -------------------------------------------------------------
+#
+# consumer.PostgresStore's tests run against a real server started from the
+# machine's PostgreSQL programs (installed from Debian's package if missing),
+# one per run, stopped by PID at the end. Without one, they are skipped with
+# one line saying why, except under CI=true, where they fail.
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Any]:
+    """A PostgreSQL server on 127.0.0.1 for the whole run (exactly._postgres)."""
+    pytest.importorskip("psycopg", reason="PostgresStore tests need the postgres extra")
+    from exactly._postgres import PostgresServer, PostgresUnavailableError
+
+    server = PostgresServer()
+    try:
+        server.start()
+    except PostgresUnavailableError as exc:
+        reason = f"PostgresStore tests need a PostgreSQL server: {exc}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason.splitlines()[0])
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: Any) -> str:
+    """A new, empty database of the run's server, for this test alone."""
+    return str(postgres_server.create_database(f"t_{secrets.token_hex(6)}"))

@@ -1,0 +1,442 @@
+"""The consumer runtime in one process: the transaction lifecycle of SPEC
+section 9, held to the counting application's expected outcome (see
+tests/consumer_support.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from consumer import (
+    Application,
+    FencedError,
+    JSONFileStore,
+    Runner,
+    Shard,
+    ShardSpec,
+    SQLiteStore,
+    Store,
+    StoreError,
+)
+from journal import JournalNotFoundError, LocalJournalStore, MemoryJournalClient
+from message import (
+    Checkpoint,
+    Envelope,
+    JsonDocument,
+    Publisher,
+    ReadCommittedIter,
+    modulo_mapping,
+)
+from tests.consumer_support import (
+    NDJSON,
+    CountingApp,
+    committed_by_key,
+    committed_state,
+    expected_output,
+    expected_state,
+    make_input,
+    output_by_key,
+)
+
+SOURCES = ["in/part-0", "in/part-1"]
+OUTPUTS = ["out/part-0", "out/part-1"]
+
+
+@pytest.fixture
+def journals(tmp_path: Path) -> Any:
+    with LocalJournalStore(tmp_path / "journals") as store:
+        for name in SOURCES + OUTPUTS:
+            store.create(name, NDJSON)
+        yield store
+
+
+def store_kind(kind: str, tmp_path: Path) -> str:
+    return {"json": f"json:{tmp_path}/state-{{shard}}",
+            "sqlite": f"sqlite:{tmp_path}/state-{{shard}}.db"}[kind]
+
+
+def check_outcome(journals: Any, kind: str, spec: ShardSpec,
+                  sources: list[str] = SOURCES, outputs: list[str] = OUTPUTS) -> None:
+    want = committed_by_key(journals, sources)
+    assert output_by_key(journals, outputs) == expected_output(want)
+    assert committed_state(kind, Shard(spec, journals)) == expected_state(want)
+
+
+@pytest.mark.parametrize("kind", ["json", "sqlite"])
+def test_messy_input_is_processed_exactly_once(journals: Any, tmp_path: Path, kind: str) -> None:
+    """Duplicates, roll-backs and abandoned transactions in; each committed
+    message counted once and its output committed once, in order."""
+    make_input(journals, SOURCES, 600, seed=1)
+    kind = store_kind(kind, tmp_path)
+    spec = ShardSpec("count", sources=SOURCES, max_txn_duration=0.02)
+    app = CountingApp(kind, {"count": OUTPUTS})
+    with Runner(journals, app, [spec]) as runner:
+        runner.run_until_idle(timeout=60)
+    check_outcome(journals, kind, spec)
+    # ACKs are not handed to the application; nothing was consumed twice.
+    assert app.consumed == sum(len(v) for v in committed_by_key(journals, SOURCES).values())
+    assert app.begun == app.finalized >= 1
+
+
+def test_postgres_store_processes_exactly_once(journals: Any, postgres_dsn: str) -> None:
+    """The same on a real PostgreSQL server."""
+    make_input(journals, SOURCES, 400, seed=2)
+    kind = f"postgres:{postgres_dsn}"
+    spec = ShardSpec("count", sources=SOURCES, max_txn_duration=0.02)
+    with Runner(journals, CountingApp(kind, {"count": OUTPUTS}), [spec]) as runner:
+        runner.run_until_idle(timeout=60)
+    check_outcome(journals, kind, spec)
+
+
+def test_runs_on_the_in_memory_client(tmp_path: Path) -> None:
+    """Any JournalClient serves: here the in-memory one."""
+    client = MemoryJournalClient()
+    for name in SOURCES + OUTPUTS:
+        client.create(name, NDJSON)
+    make_input(client, SOURCES, 200, seed=3)
+    kind = store_kind("json", tmp_path)
+    spec = ShardSpec("count", sources=SOURCES)
+    with Runner(client, CountingApp(kind, {"count": OUTPUTS}), [spec]) as runner:
+        runner.run_until_idle(timeout=60)
+    check_outcome(client, kind, spec)
+
+
+def test_run_until_idle_again_processes_what_came_since(journals: Any, tmp_path: Path) -> None:
+    """run_until_idle may be called again: the shards go on serving."""
+    kind = store_kind("json", tmp_path)
+    spec = ShardSpec("count", sources=SOURCES)
+    with Runner(journals, CountingApp(kind, {"count": OUTPUTS}), [spec]) as runner:
+        make_input(journals, SOURCES, 100, seed=4, messy=False)
+        runner.run_until_idle(timeout=60)
+        assert sum(len(v) for v in output_by_key(journals, OUTPUTS).values()) == 100
+        make_input(journals, SOURCES, 50, seed=5)
+        runner.run_until_idle(timeout=60)
+    check_outcome(journals, kind, spec)
+
+
+def test_a_chain_of_shards_in_one_runner_drains(journals: Any, tmp_path: Path) -> None:
+    """The output of one shard is the source of another: run_until_idle
+    returns once both have drained, and the chain is exactly-once."""
+    mids = ["mid/part-0", "mid/part-1"]
+    for name in mids:
+        journals.create(name, NDJSON)
+    make_input(journals, SOURCES, 300, seed=6)
+    kind = store_kind("sqlite", tmp_path)
+    first = ShardSpec("first", sources=SOURCES, max_txn_duration=0.01)
+    second = ShardSpec("second", sources=mids, max_txn_duration=0.01)
+    app = CountingApp(kind, {"first": mids, "second": OUTPUTS})
+    with Runner(journals, app, [second, first]) as runner:
+        runner.run_until_idle(timeout=60)
+    want = committed_by_key(journals, SOURCES)
+    assert output_by_key(journals, mids) == expected_output(want)
+    assert output_by_key(journals, OUTPUTS) == expected_output(want)
+    assert committed_state(kind, Shard(second, journals)) == expected_state(want)
+
+
+def test_transactions_end_after_max_txn_duration(journals: Any, tmp_path: Path) -> None:
+    """A transaction stops consuming once max_txn_duration has passed."""
+    make_input(journals, SOURCES, 12, seed=7, messy=False)
+    app = CountingApp(store_kind("json", tmp_path), {"count": OUTPUTS},
+                      on_message=lambda shard, env: time.sleep(0.05))
+    spec = ShardSpec("count", sources=SOURCES, max_txn_duration=0.12)
+    with Runner(journals, app, [spec]) as runner:
+        runner.run_until_idle(timeout=60)
+    assert app.consumed == 12
+    assert 3 <= app.finalized <= 6  # about three messages a transaction
+
+
+def test_min_txn_duration_gathers_messages_into_one_transaction(
+        journals: Any, tmp_path: Path) -> None:
+    """With no message ready, a transaction waits for min_txn_duration: what
+    comes meanwhile joins it."""
+    spec = ShardSpec("count", sources=SOURCES, max_txn_duration=10.0, min_txn_duration=1.0)
+    app = CountingApp(store_kind("json", tmp_path), {"count": OUTPUTS})
+    specs = [journals.get(s) for s in SOURCES]
+    mapping = modulo_mapping(lambda d: d["k"], lambda: specs)
+    pub = Publisher(journals)
+    with Runner(journals, app, [spec]) as runner:
+        runner.start()
+        for n in range(5):
+            pub.publish_committed(mapping, JsonDocument(k=f"k{n}", n=n)).result()
+            time.sleep(0.1)
+        runner.run_until_idle(timeout=30)
+    assert app.consumed == 5 and app.finalized == 1
+
+
+def test_transaction_ends_when_nothing_is_ready(journals: Any, tmp_path: Path) -> None:
+    """With min_txn_duration 0, a transaction ends as soon as no message is
+    ready: messages published one at a time commit one at a time."""
+    spec = ShardSpec("count", sources=SOURCES, max_txn_duration=10.0)
+    app = CountingApp(store_kind("json", tmp_path), {"count": OUTPUTS})
+    specs = [journals.get(s) for s in SOURCES]
+    mapping = modulo_mapping(lambda d: d["k"], lambda: specs)
+    pub = Publisher(journals)
+    with Runner(journals, app, [spec]) as runner:
+        for n in range(3):
+            pub.publish_committed(mapping, JsonDocument(k="k", n=n)).result()
+            runner.run_until_idle(timeout=30)
+            assert app.finalized == n + 1
+            assert output_by_key(journals, OUTPUTS)["k"][-1] == (n, n + 1)
+
+
+def test_acks_are_appended_only_after_the_commit(journals: Any, tmp_path: Path) -> None:
+    """When a transaction commits, none of its output is visible yet (only
+    that of the transactions before it); its checkpoint holds the ACK
+    intents of the journals it wrote, and the offsets read through."""
+    make_input(journals, SOURCES, 200, seed=8, messy=False)
+    commits: list[tuple[int, int, Checkpoint]] = []
+
+    class Spy(JSONFileStore):
+        def start_commit(self, shard: Shard, checkpoint: Checkpoint) -> None:
+            visible = sum(len(v) for v in output_by_key(journals, OUTPUTS).values())
+            commits.append((visible, app.consumed, checkpoint))
+            super().start_commit(shard, checkpoint)
+
+    spec = ShardSpec("count", sources=SOURCES, max_txn_duration=0.02)
+    app = CountingApp(lambda shard: Spy(tmp_path / "spy"), {"count": OUTPUTS},
+                      on_message=lambda shard, env: time.sleep(0.001))
+    with Runner(journals, app, [spec]) as runner:
+        runner.run_until_idle(timeout=60)
+    assert len(commits) == app.finalized >= 2
+    consumed_before = 0
+    for visible, consumed, cp in commits:
+        assert visible == consumed_before  # the earlier transactions' output only
+        consumed_before = consumed
+        assert cp.ack_intents and set(cp.ack_intents) <= set(OUTPUTS)
+        assert set(SOURCES) <= set(cp.offsets)
+    assert commits[-1][2].offsets == {s: journals.head(s) for s in SOURCES}
+    assert sum(len(v) for v in output_by_key(journals, OUTPUTS).values()) == 200
+
+
+class Crash(Exception):
+    """Stands for the death of the process at a chosen point."""
+
+
+def test_a_crash_after_the_commit_is_finished_by_the_next_start(
+        journals: Any, tmp_path: Path) -> None:
+    """Committed but its ACKs never appended: the next start appends the
+    checkpoint's intents again, and nothing is repeated."""
+    make_input(journals, SOURCES, 100, seed=9, messy=False)
+    kind = store_kind("json", tmp_path)
+
+    class DiesAfterCommit(JSONFileStore):
+        def start_commit(self, shard: Shard, checkpoint: Checkpoint) -> None:
+            super().start_commit(shard, checkpoint)
+            raise Crash("after the commit, before the ACKs")
+
+    spec = ShardSpec("count", sources=SOURCES, max_txn_duration=30)
+    app = CountingApp(lambda shard: DiesAfterCommit(f"{tmp_path}/state-count"),
+                      {"count": OUTPUTS})
+    with pytest.raises(StoreError) as info, Runner(journals, app, [spec]) as runner:
+        runner.run_until_idle(timeout=60)
+    assert isinstance(info.value.__cause__, Crash)
+    assert output_by_key(journals, OUTPUTS) == {}  # committed, not yet acknowledged
+    with Runner(journals, CountingApp(kind, {"count": OUTPUTS}), [spec]) as runner:
+        runner.run_until_idle(timeout=60)
+    check_outcome(journals, kind, spec)
+
+
+def test_an_application_error_stops_the_shard_and_commits_nothing(
+        journals: Any, tmp_path: Path) -> None:
+    """An exception of consume_message is raised as it is; the transaction's
+    output is rolled back, its state not committed; a restart redoes it."""
+    make_input(journals, SOURCES, 100, seed=10, messy=False)
+    kind = store_kind("sqlite", tmp_path)
+
+    class Boom(ValueError):
+        pass
+
+    def fail_at_60(shard: Shard, env: Envelope) -> None:
+        if env.message["n"] == 60:
+            raise Boom("bad message 60")
+
+    spec = ShardSpec("count", sources=SOURCES, max_txn_duration=30)
+    app = CountingApp(kind, {"count": OUTPUTS}, on_message=fail_at_60)
+    runner = Runner(journals, app, [spec])
+    with pytest.raises(Boom, match="bad message 60"):
+        runner.run_until_idle(timeout=60)
+    runner.stop()  # raised once: stop() does not raise it again
+    assert app.finalized == 0 and output_by_key(journals, OUTPUTS) == {}
+    assert committed_state(kind, Shard(spec, journals)) == ({}, 0)
+    # The output of the failed transaction was rolled back: no span stays open.
+    for name in OUTPUTS:
+        with ReadCommittedIter(journals, name, lambda s: JsonDocument()) as it:
+            list(it)
+            assert not it.sequencer.has_pending({})
+    with Runner(journals, CountingApp(kind, {"count": OUTPUTS}), [spec]) as runner:
+        runner.run_until_idle(timeout=60)
+    check_outcome(journals, kind, spec)
+
+
+def test_a_restored_store_fences_off_the_running_instance(
+        journals: Any, tmp_path: Path) -> None:
+    """Another instance restoring the store makes the running one's next
+    commit raise FencedError (as it is); its transaction does not commit."""
+    kind = store_kind("json", tmp_path)
+    spec = ShardSpec("count", sources=SOURCES)
+    make_input(journals, SOURCES, 50, seed=11, messy=False)
+    app = CountingApp(kind, {"count": OUTPUTS})
+    runner = Runner(journals, app, [spec])
+    runner.run_until_idle(timeout=60)
+    newer = JSONFileStore(f"{tmp_path}/state-count")
+    newer.restore_checkpoint(Shard(spec, journals))
+    make_input(journals, SOURCES, 20, seed=12, messy=False)
+    with pytest.raises(FencedError):
+        runner.run_until_idle(timeout=60)
+    runner.stop()
+    assert sum(len(v) for v in output_by_key(journals, OUTPUTS).values()) == 50
+
+
+def test_stop_commits_the_open_transaction(journals: Any, tmp_path: Path) -> None:
+    """stop() ends the open transaction with a commit, and returns once its
+    ACKs are appended."""
+    make_input(journals, SOURCES, 40, seed=13, messy=False)
+    kind = store_kind("json", tmp_path)
+    spec = ShardSpec("count", sources=SOURCES, max_txn_duration=3600, min_txn_duration=3600)
+    app = CountingApp(kind, {"count": OUTPUTS})
+    runner = Runner(journals, app, [spec])
+    runner.start()
+    deadline = time.monotonic() + 30
+    while app.consumed < 40 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert app.consumed == 40 and app.finalized == 0  # all in one open transaction
+    runner.stop()
+    assert app.finalized == 1
+    check_outcome(journals, kind, spec)
+
+
+def test_each_start_publishes_as_a_new_producer(journals: Any, tmp_path: Path) -> None:
+    """A fresh producer ID for each start of a shard."""
+    ids: list[bytes] = []
+
+    class App(CountingApp):
+        def finalize_txn(self, shard: Shard, store: Store, publisher: Publisher) -> None:
+            super().finalize_txn(shard, store, publisher)
+            ids.append(publisher.producer_id)
+
+    kind = store_kind("json", tmp_path)
+    spec = ShardSpec("count", sources=SOURCES)
+    for seed in (14, 15):
+        make_input(journals, SOURCES, 10, seed=seed, messy=False)
+        with Runner(journals, App(kind, {"count": OUTPUTS}), [spec]) as runner:
+            runner.run_until_idle(timeout=60)
+    assert len(set(ids)) == 2
+
+
+def test_a_long_upstream_transaction_is_replayed(journals: Any, tmp_path: Path) -> None:
+    """An upstream transaction longer than the Sequencer's ring, interleaved
+    with other producers, is replayed from the journal when its ACK comes,
+    and a transaction that ends in the middle of it resumes exactly."""
+    specs = [journals.get(s) for s in SOURCES]
+    only_first = modulo_mapping(lambda d: "x", lambda: specs[:1])
+    big, other = Publisher(journals), Publisher(journals)
+    n = 0
+    for i in range(6000):
+        big.publish_uncommitted(only_first, JsonDocument(k="big", n=n))
+        n += 1
+        if i % 100 == 0:
+            other.publish_committed(only_first, JsonDocument(k="other", n=n))
+            n += 1
+    for intent in big.build_ack_intents():
+        journals.append(intent.journal, intent.intent).result()
+    kind = store_kind("json", tmp_path)
+    spec = ShardSpec("count", sources=SOURCES, max_txn_duration=0.002)
+    stopping: list[threading.Thread] = []
+
+    def stop_midway(shard: Shard, env: Envelope) -> None:
+        if app.consumed == 3000:
+            stopping.append(threading.Thread(target=runner.stop))
+            stopping[0].start()
+
+    app = CountingApp(kind, {"count": OUTPUTS}, on_message=stop_midway)
+    runner = Runner(journals, app, [spec])
+    runner.start()
+    deadline = time.monotonic() + 60
+    while not stopping and time.monotonic() < deadline:
+        time.sleep(0.01)
+    stopping[0].join(60)
+    assert 3000 < app.consumed < n  # stopped inside the big transaction
+    with Runner(journals, CountingApp(kind, {"count": OUTPUTS}), [spec]) as again:
+        again.run_until_idle(timeout=60)
+    check_outcome(journals, kind, spec)
+
+
+def test_a_missing_source_journal_is_raised(journals: Any, tmp_path: Path) -> None:
+    """A source that does not exist stops the shard with JournalNotFoundError."""
+    spec = ShardSpec("count", sources=["in/nope"])
+    with pytest.raises(JournalNotFoundError), Runner(
+            journals, CountingApp(store_kind("json", tmp_path), {"count": OUTPUTS}),
+            [spec]) as runner:
+        runner.run_until_idle(timeout=30)
+
+
+def test_run_until_idle_times_out(journals: Any, tmp_path: Path) -> None:
+    """Past its timeout, run_until_idle raises TimeoutError; stop() then
+    still commits what was consumed."""
+    make_input(journals, SOURCES, 3, seed=16, messy=False)
+    gate = threading.Event()
+    app = CountingApp(store_kind("json", tmp_path), {"count": OUTPUTS},
+                      on_message=lambda shard, env: gate.wait(30))
+    with Runner(journals, app, [ShardSpec("count", sources=SOURCES)]) as runner:
+        with pytest.raises(TimeoutError, match="not idle"):
+            runner.run_until_idle(timeout=0.3)
+        gate.set()
+        runner.run_until_idle(timeout=30)
+    assert app.consumed == 3
+
+
+def test_bad_arguments_are_refused() -> None:
+    """Runner refuses what is not a shard spec, twice the same id, an object
+    that is no application."""
+    client = MemoryJournalClient()
+    app = CountingApp("json:x", {})
+    with pytest.raises(TypeError, match="ShardSpec"):
+        Runner(client, app, ["in"])  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="unique"):
+        Runner(client, app, [ShardSpec("a", ["x"]), ShardSpec("a", ["y"])])
+    with pytest.raises(TypeError, match="no new_store"):
+        Runner(client, object(), [ShardSpec("a", ["x"])])  # type: ignore[arg-type]
+
+
+def test_application_must_define_its_methods() -> None:
+    """An Application subclass without the required methods cannot be made."""
+
+    class Incomplete(Application):
+        def new_store(self, shard: Shard) -> Store:
+            return SQLiteStore(":memory:")
+
+    with pytest.raises(TypeError, match="abstract"):
+        Incomplete()  # type: ignore[abstract]
+
+
+@pytest.mark.parametrize("bad", [
+    {"id": "", "sources": ["a"]},
+    {"id": "has space", "sources": ["a"]},
+    {"id": "a", "sources": "in/a"},
+    {"id": "a", "sources": []},
+    {"id": "a", "sources": ["a", "a"]},
+    {"id": "a", "sources": ["/abs"]},
+    {"id": "a", "sources": ["a"], "max_txn_duration": 0},
+    {"id": "a", "sources": ["a"], "max_txn_duration": float("inf")},
+    {"id": "a", "sources": ["a"], "min_txn_duration": -1},
+    {"id": "a", "sources": ["a"], "min_txn_duration": 2, "max_txn_duration": 1},
+    {"id": "a", "sources": ["a"], "max_txn_duration": True},
+])
+def test_shard_spec_refuses_bad_values(bad: dict[str, Any]) -> None:
+    """Bad shard specs raise ValueError, naming what is wrong."""
+    with pytest.raises(ValueError):
+        ShardSpec(**bad)
+
+
+def test_shard_spec_keeps_sources_as_a_tuple() -> None:
+    """A list of sources is kept as a tuple; defaults are those of the contract."""
+    spec = ShardSpec("a/b", sources=["x", "y"])
+    assert spec.sources == ("x", "y") and isinstance(spec.sources, tuple)
+    assert spec.max_txn_duration == 1.0 and spec.min_txn_duration == 0.0
+    assert hash(spec) == hash(ShardSpec("a/b", ("x", "y")))
+    shard = Shard(spec, MemoryJournalClient())
+    assert shard.id == "a/b" and shard.spec is spec
