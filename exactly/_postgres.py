@@ -125,8 +125,8 @@ class PostgresServer:
         with open(log_path, "ab") as log:
             self._popen = subprocess.Popen(  # type: ignore[call-overload]
                 [str(bin_dir / "postgres"), "-D", data, "-p", str(self.port),
-                 "-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.data_dir}",
-                 "-c", "max_connections=200"],
+                 "-c", "listen_addresses=127.0.0.1",
+                 "-c", f"unix_socket_directories={self.data_dir}", "-c", "max_connections=200"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, **self._as_user(),
             )

@@ -206,8 +206,8 @@ class CountingState:
 class CountingApp(Application):
     """The counting application (see the module docstring). ``outputs``
     maps a shard id to its output journals; ``store_kind`` is an
-    ``open_store`` kind, or makes the store of a shard. Hooks (``on_message``, ``on_finalize``) let a test
-    act at a precise point."""
+    ``open_store`` kind, or makes the store of a shard. Hooks
+    (``on_message``, ``on_finalize``) let a test act at a precise point."""
 
     def __init__(
         self,

@@ -212,7 +212,7 @@ def test_acks_are_appended_only_after_the_commit(journals: Any, tmp_path: Path) 
     assert sum(len(v) for v in output_by_key(journals, OUTPUTS).values()) == 200
 
 
-class Crash(Exception):
+class CrashError(Exception):
     """Stands for the death of the process at a chosen point."""
 
 
@@ -226,14 +226,14 @@ def test_a_crash_after_the_commit_is_finished_by_the_next_start(
     class DiesAfterCommit(JSONFileStore):
         def start_commit(self, shard: Shard, checkpoint: Checkpoint) -> None:
             super().start_commit(shard, checkpoint)
-            raise Crash("after the commit, before the ACKs")
+            raise CrashError("after the commit, before the ACKs")
 
     spec = ShardSpec("count", sources=SOURCES, max_txn_duration=30)
     app = CountingApp(lambda shard: DiesAfterCommit(f"{tmp_path}/state-count"),
                       {"count": OUTPUTS})
     with pytest.raises(StoreError) as info, Runner(journals, app, [spec]) as runner:
         runner.run_until_idle(timeout=60)
-    assert isinstance(info.value.__cause__, Crash)
+    assert isinstance(info.value.__cause__, CrashError)
     assert output_by_key(journals, OUTPUTS) == {}  # committed, not yet acknowledged
     with Runner(journals, CountingApp(kind, {"count": OUTPUTS}), [spec]) as runner:
         runner.run_until_idle(timeout=60)
@@ -247,17 +247,17 @@ def test_an_application_error_stops_the_shard_and_commits_nothing(
     make_input(journals, SOURCES, 100, seed=10, messy=False)
     kind = store_kind("sqlite", tmp_path)
 
-    class Boom(ValueError):
+    class BoomError(ValueError):
         pass
 
     def fail_at_60(shard: Shard, env: Envelope) -> None:
         if env.message["n"] == 60:
-            raise Boom("bad message 60")
+            raise BoomError("bad message 60")
 
     spec = ShardSpec("count", sources=SOURCES, max_txn_duration=30)
     app = CountingApp(kind, {"count": OUTPUTS}, on_message=fail_at_60)
     runner = Runner(journals, app, [spec])
-    with pytest.raises(Boom, match="bad message 60"):
+    with pytest.raises(BoomError, match="bad message 60"):
         runner.run_until_idle(timeout=60)
     runner.stop()  # raised once: stop() does not raise it again
     assert app.finalized == 0 and output_by_key(journals, OUTPUTS) == {}

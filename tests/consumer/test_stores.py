@@ -237,7 +237,7 @@ def test_sql_table_name_is_checked(tmp_path: Path) -> None:
 def test_sqlite_store_of_a_bad_path_is_a_store_error(tmp_path: Path) -> None:
     """A database that cannot be opened is one StoreError naming it."""
     (tmp_path / "dir.db").mkdir()
-    with pytest.raises(StoreError, match="dir.db"):
+    with pytest.raises(StoreError, match=r"dir\.db"):
         SQLiteStore(tmp_path / "dir.db")
 
 
