@@ -81,22 +81,26 @@ class JSONFileStore:
         gens.sort()
         return gens
 
-    def _read(self, gen: int) -> tuple[Checkpoint, dict[str, Any]]:
+    def _read(self, gen: int) -> tuple[Checkpoint, dict[str, Any], str | None]:
+        """The checkpoint, state and shard id of generation ``gen``."""
         path = self._file(gen)
         try:
             doc = orjson.loads(path.read_bytes())
             state = doc["state"]
             if not isinstance(state, dict):
                 raise TypeError(f"its state is a {type(state).__name__}, not an object")
-            return Checkpoint.from_dict(doc["checkpoint"]), state
+            shard = doc.get("shard")
+            return Checkpoint.from_dict(doc["checkpoint"]), state, shard
         except (OSError, orjson.JSONDecodeError, KeyError, TypeError, CheckpointError) as exc:
             raise StoreError(
                 f"{path}: not a JSONFileStore state file: {exc}", store="JSONFileStore"
             ) from exc
 
-    def _write_temp(self, checkpoint: Checkpoint, state: dict[str, Any]) -> Path:
+    def _write_temp(self, shard: str, checkpoint: Checkpoint, state: dict[str, Any]) -> Path:
         try:
-            data = orjson.dumps({"checkpoint": checkpoint.to_dict(), "state": state})
+            data = orjson.dumps(
+                {"shard": shard, "checkpoint": checkpoint.to_dict(), "state": state}
+            )
         except TypeError as exc:
             raise StoreError(
                 f"{self.path}: the state is not JSON (str keys, JSON values): {exc}",
@@ -133,7 +137,7 @@ class JSONFileStore:
         while True:
             gens = self._generations()
             if not gens:
-                tmp = self._write_temp(Checkpoint(), {})
+                tmp = self._write_temp(shard.id, Checkpoint(), {})
                 try:
                     taken = self._link(tmp, 1)
                 finally:
@@ -143,7 +147,7 @@ class JSONFileStore:
                     return Checkpoint()
                 continue
             top = gens[-1]
-            cp, state = self._read(top)
+            cp, state, _ = self._read(top)
             if self._link(self._file(top), top + 1):
                 self._gen, self.state = top + 1, state
                 return cp
@@ -153,7 +157,7 @@ class JSONFileStore:
         ``FencedError`` if another instance restored since this one did."""
         if self._gen is None:
             raise ConsumerError(f"{self!r}: restore_checkpoint() before start_commit()")
-        tmp = self._write_temp(checkpoint, self.state)
+        tmp = self._write_temp(shard.id, checkpoint, self.state)
         nxt = self._gen + 1
         try:
             taken = self._link(tmp, nxt)
@@ -183,10 +187,20 @@ class JSONFileStore:
     def close(self) -> None:
         """Nothing is held open between commits."""
 
-    def read_checkpoint(self) -> tuple[Checkpoint, dict[str, Any]]:
-        """The last committed checkpoint and state, read without fencing
-        anything (for inspection: ``exactly shards show``)."""
-        gens = self._generations()
-        if not gens:
-            return Checkpoint(), {}
-        return self._read(gens[-1])
+    def read_checkpoint(self) -> tuple[str | None, Checkpoint, dict[str, Any]]:
+        """The shard id, last committed checkpoint and state, read without
+        fencing anything (for inspection: ``exactly shards show``); None,
+        an empty checkpoint and ``{}`` before the first restore."""
+        for _ in range(10):
+            gens = self._generations()
+            if not gens:
+                return None, Checkpoint(), {}
+            try:
+                cp, state, shard = self._read(gens[-1])
+            except StoreError as exc:
+                if isinstance(exc.__cause__, FileNotFoundError):
+                    continue  # removed as old while we looked: look again
+                raise
+            return shard, cp, state
+        raise StoreError(f"{self.path}: its generations change too fast to read",
+                         store="JSONFileStore")

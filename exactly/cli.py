@@ -155,12 +155,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.set_defaults(func=cmd_bench)
 
     from exactly._cluster_cmd import add_cluster_command
+    from exactly._shards_cmd import add_shards_command
 
+    add_shards_command(sub, common)
     add_cluster_command(sub)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from consumer import ConsumerError
     from framing import FramingError
     from journal import JournalError
     from message import MessageError
@@ -177,7 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the interpreter from complaining when it flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except (UsageError, MessageError, FramingError, JournalError, ValueError, OSError) as exc:
+    except (UsageError, MessageError, FramingError, JournalError, ConsumerError, ValueError,
+            OSError) as exc:
         where = ""
         journal, offset = getattr(exc, "journal", None), getattr(exc, "offset", None)
         if journal and offset is not None and str(offset) not in str(exc):

@@ -164,7 +164,7 @@ def test_json_read_checkpoint_fences_nothing(tmp_path: Path) -> None:
     s.restore_checkpoint(shard())
     s.state["n"] = 1
     s.start_commit(shard(), cp(1))
-    assert JSONFileStore(tmp_path / "s").read_checkpoint() == (cp(1), {"n": 1})
+    assert JSONFileStore(tmp_path / "s").read_checkpoint() == ("s-1", cp(1), {"n": 1})
     s.start_commit(shard(), cp(2))
 
 
