@@ -29,33 +29,32 @@ INBOX_LIMIT: Final = 16384
 _FULL_POLL: Final = 0.002
 
 
-class ReadFailed:
-    """What a reader delivers instead of an envelope when reading failed."""
-
-    __slots__ = ("error", "journal")
-
-    def __init__(self, journal: str, error: BaseException) -> None:
-        self.journal = journal
-        self.error = error
-
-
 class Inbox:
     """Envelopes delivered by the readers, in arrival order (each journal's
     in its own order), and the wake-up of the loop that waits for them.
 
     A reader appends, then notifies only if the loop said it is waiting:
     the loop sets ``waiting`` under the condition before it looks at
-    ``items`` one last time, so no delivery slips between the two.
+    ``items`` one last time, so no delivery slips between the two. A reader
+    that fails sets ``failure`` (journal, error) after delivering all it
+    read; the loop looks at it only once ``items`` is empty.
     """
 
     def __init__(self) -> None:
-        self.items: deque[Envelope | ReadFailed] = deque()
+        self.items: deque[Envelope] = deque()
         self.cond = threading.Condition()
         self.waiting = False
         self.stopping = False
+        self.failure: tuple[str, BaseException] | None = None
 
     def wake(self) -> None:
         with self.cond:
+            self.cond.notify_all()
+
+    def fail(self, journal: str, error: BaseException) -> None:
+        with self.cond:
+            if self.failure is None:
+                self.failure = (journal, error)
             self.cond.notify_all()
 
     def wait(self, timeout: float | None) -> None:
@@ -64,7 +63,7 @@ class Inbox:
         with self.cond:
             self.waiting = True
             try:
-                if not self.items and not self.stopping:
+                if not self.items and not self.stopping and self.failure is None:
                     self.cond.wait(timeout)
             finally:
                 self.waiting = False
@@ -113,8 +112,7 @@ class SourceReader:
             raise ConsumerError(f"reading {self.journal} ended: was the journal client closed?")
         except Exception as exc:
             if not inbox.stopping:
-                append(ReadFailed(self.journal, exc))
-                inbox.wake()
+                inbox.fail(self.journal, exc)
         finally:
             self._it.close()
 

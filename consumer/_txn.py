@@ -32,7 +32,7 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Final
 
 from journal import JournalNotFoundError
@@ -50,7 +50,7 @@ from message import (
 from ._appends import RecordingClient
 from ._errors import ConsumerError, FencedError, StoreError
 from ._shard import Shard, ShardSpec
-from ._sources import Inbox, ReadFailed, SourceReader
+from ._sources import Inbox, SourceReader
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -111,6 +111,7 @@ class ShardLoop:
         self._seq: Sequencer | None = None
         self._read_through: dict[str, int] = {}
         self._replaying: ReadUncommittedIter | None = None
+        self._next: Callable[[float | None], Envelope | None] = _not_started
 
     # -- control, from the runner's thread ------------------------------------
 
@@ -176,8 +177,14 @@ class ShardLoop:
         for reader in self._readers:
             if not self._stop:
                 reader.start()
-        while not self._stop and self._transaction():
-            pass
+        committed = self._committed()
+        next(committed)
+        self._next = committed.send
+        try:
+            while not self._stop and self._transaction():
+                pass
+        finally:
+            committed.close()
 
     def _recover(self, cp: Checkpoint) -> None:
         """Append the restored checkpoint's ACK intents again: this commits a
@@ -206,7 +213,8 @@ class ShardLoop:
 
     def _transaction(self) -> bool:
         """Run one transaction; False if the shard stopped before one began."""
-        env = self._next(None)
+        nxt = self._next
+        env = nxt(None)
         if env is None:
             return False
         spec, shard, app = self.spec, self.shard, self._app
@@ -218,7 +226,6 @@ class ShardLoop:
         min_end = began + spec.min_txn_duration
         consume = app.consume_message
         monotonic = time.monotonic
-        nxt = self._next
         count = 0
         while True:
             consume(shard, store, env, publisher)
@@ -236,18 +243,22 @@ class ShardLoop:
         self._commit(count, began)
         return True
 
-    def _next(self, timeout: float | None) -> Envelope | None:
-        """The next committed message to consume (ACKs are skipped), waiting
-        up to ``timeout`` seconds for one (None: until the shard stops).
-        None when none came in time, or the shard is stopping."""
+    def _committed(self) -> Generator[Envelope | None, float | None, None]:
+        """The shard's committed messages, one per ``send(timeout)``: the next
+        to consume (ACKs are skipped), or None if none came within
+        ``timeout`` seconds (None: until the shard stops), or the shard is
+        stopping. A generator, so that the per-message path finds what it
+        uses in its locals, bound once."""
         seq = self._seq
         assert seq is not None
         deque_committed, queue_uncommitted = seq.deque_committed, seq.queue_uncommitted
         committed_by = seq.committed_by
-        items = self._inbox.items
+        inbox = self._inbox
+        items = inbox.items
         popleft = items.popleft
         read_through = self._read_through
         deadline: float | None = None
+        timeout = yield None
         while True:
             try:
                 env = deque_committed()
@@ -258,28 +269,35 @@ class ShardLoop:
                 # Only the envelope that commits a sequence can be its ACK.
                 if env is committed_by() and _is_ack(env):
                     continue
-                return env
+                deadline = None
+                timeout = yield env
+                continue
             if items:
                 self.quiescent = False  # before taking: see caught_up
                 item = popleft()
-                if isinstance(item, ReadFailed):
-                    item.error.add_note(f"reading source {item.journal} of shard {self.spec.id}")
-                    raise item.error
                 queue_uncommitted(item)
                 read_through[item.journal.name] = item.end
                 continue
+            if inbox.failure is not None:
+                journal, error = inbox.failure
+                error.add_note(f"reading source {journal} of shard {self.spec.id}")
+                raise error
             if self._stop or timeout == 0.0:
-                return None
+                deadline = None
+                timeout = yield None
+                continue
             if timeout is None:
                 self._rest()
-                self._inbox.wait(None)
+                inbox.wait(None)
                 continue
             if deadline is None:
                 deadline = time.monotonic() + timeout
             left = deadline - time.monotonic()
             if left <= 0:
-                return None
-            self._inbox.wait(left)
+                deadline = None
+                timeout = yield None
+                continue
+            inbox.wait(left)
 
     def _rest(self) -> None:
         """Nothing to do: once the last ACKs are durable, say so."""
@@ -366,6 +384,10 @@ class ShardLoop:
                 self._store.close()
             except Exception as exc:
                 log.warning("shard %s: closing its store failed: %s", self.spec.id, exc)
+
+
+def _not_started(timeout: float | None) -> Envelope | None:
+    raise RuntimeError("the shard is not serving")
 
 
 def _restore(store: Store, shard: Shard) -> Checkpoint:

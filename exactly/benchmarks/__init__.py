@@ -13,6 +13,7 @@ BENCHMARKS: tuple[str, ...] = (
     "bench_journal_io",
     "bench_framing",
     "bench_journal",
+    "bench_consumer",
     "bench_broker",
     "bench_spark",
     "bench_spark_broker",

@@ -349,8 +349,9 @@ def test_a_long_upstream_transaction_is_replayed(journals: Any, tmp_path: Path) 
 
     def stop_midway(shard: Shard, env: Envelope) -> None:
         if app.consumed == 3000:
-            stopping.append(threading.Thread(target=runner.stop))
-            stopping[0].start()
+            stopper = threading.Thread(target=runner.stop)
+            stopper.start()
+            stopping.append(stopper)
 
     app = CountingApp(kind, {"count": OUTPUTS}, on_message=stop_midway)
     runner = Runner(journals, app, [spec])

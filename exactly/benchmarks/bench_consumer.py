@@ -1,0 +1,209 @@
+"""The consumer runtime: consume-transform-produce through ``consumer.Runner``,
+and transactional publishing, each beside its baseline in the same run.
+
+- ctp, per store: a shard reads two journals of ~114-byte JSON messages
+  (written in transactions of 1000), and for each message updates its store
+  and publishes one derived message to two output journals; transactions
+  of about 1000 messages (max_txn_duration 10 ms). Baseline: a plain
+  ``ReadCommittedIter`` over the same journals. Every commit is durable:
+  the output appends and the store are fsynced.
+- transactional publishing: ``Transaction`` (with a durable ``IntentLog``)
+  publishing the same messages in transactions of 1000, beside
+  ``publish_committed`` of them (each then flushed).
+
+Kafka's exactly-once loop through confluent-kafka is measured beside these
+by ``../shared/anchors/kafka-eos`` (see docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from consumer import Application, JSONFileStore, Runner, ShardSpec, SQLiteStore, Store
+from exactly.benchmarks._harness import Result, interleaved
+from journal import LocalJournalStore
+from message import (
+    IntentLog,
+    JsonDocument,
+    Publisher,
+    ReadCommittedIter,
+    Transaction,
+    modulo_mapping,
+)
+
+NDJSON = {"content-type": "application/x-ndjson"}
+AGENT = "Mozilla/5.0 (X11; Linux x86_64)"
+
+
+def _doc(i: int) -> JsonDocument:
+    return JsonDocument(session=f"s{i % 5003:04d}", page=f"/products/{i % 1000:05d}", n=i,
+                        ts=1_700_000_000 + i, agent=AGENT)
+
+
+def _new_doc(spec: Any) -> JsonDocument:
+    return JsonDocument()
+
+
+def _write_input(store: LocalJournalStore, n: int) -> list[str]:
+    ins = [store.create(f"in/part-{i}", NDJSON) for i in range(2)]
+    mapping = modulo_mapping(lambda d: d["session"], lambda: ins)
+    pub = Publisher(store)
+    for first in range(0, n, 1000):
+        with Transaction(pub) as txn:
+            for i in range(first, min(n, first + 1000)):
+                txn.publish(mapping, _doc(i))
+    return [s.name for s in ins]
+
+
+def _read(store: LocalJournalStore, names: list[str]) -> int:
+    count = 0
+    for name in names:
+        with ReadCommittedIter(store, name, _new_doc) as it:
+            for _ in it:
+                count += 1
+    return count
+
+
+class _Derive(Application):
+    """For each message: count its session in the store, publish a derived one."""
+
+    def __init__(self, make_store: Callable[[Any], Store], mapping: Any) -> None:
+        self.make_store = make_store
+        self.mapping = mapping
+        self.consumed = 0
+        self.counts: dict[str, int] = {}
+
+    def new_store(self, shard: Any) -> Store:
+        return self.make_store(shard)
+
+    def new_message(self, spec: Any) -> JsonDocument:
+        return JsonDocument()
+
+    def consume_message(self, shard: Any, store: Any, envelope: Any, publisher: Any) -> None:
+        m = envelope.message
+        counts = self.counts
+        counts[m["session"]] = counts.get(m["session"], 0) + 1
+        publisher.publish_uncommitted(
+            self.mapping, JsonDocument(session=m["session"], page=m["page"], n=m["n"]))
+        self.consumed += 1
+
+    def finalize_txn(self, shard: Any, store: Any, publisher: Any) -> None:
+        # What the transaction changed goes to the store, with the checkpoint.
+        if isinstance(store, JSONFileStore):
+            store.state.setdefault("sessions", {}).update(self.counts)
+        elif isinstance(store, SQLiteStore):
+            store.connection.executemany(
+                "INSERT INTO sessions (k, c) VALUES (?, ?) ON CONFLICT (k)"
+                " DO UPDATE SET c = c + excluded.c", self.counts.items())
+        self.counts = {}
+
+
+def _ctp(store: LocalJournalStore, sources: list[str], work: Path, kind: str, run: int,
+         n: int) -> None:
+    outs = [store.create(f"out{run}/part-{i}", NDJSON) for i in range(2)]
+    mapping = modulo_mapping(lambda d: d["session"], lambda: outs)
+
+    def make_store(shard: Any) -> Store:
+        if kind == "json":
+            return JSONFileStore(work / f"json-{run}")
+        s = SQLiteStore(work / f"sqlite-{run}.db")
+        s.connection.execute(
+            "CREATE TABLE IF NOT EXISTS sessions (k TEXT PRIMARY KEY, c INTEGER NOT NULL)")
+        return s
+
+    app = _Derive(make_store, mapping)
+    spec = ShardSpec("ctp", sources=sources, max_txn_duration=0.01)
+    with Runner(store, app, [spec]) as runner:
+        runner.run_until_idle(timeout=600)
+    if app.consumed != n:
+        raise RuntimeError(f"ctp consumed {app.consumed} messages, not {n}")
+
+
+def _publish_committed(root: Path, n: int, docs: list[JsonDocument]) -> None:
+    with LocalJournalStore(root) as store:
+        outs = [store.create(f"out/part-{i}", NDJSON) for i in range(2)]
+        mapping = modulo_mapping(lambda d: d["session"], lambda: outs)
+        publish = Publisher(store).publish_committed
+        for d in docs:
+            publish(mapping, d)
+        store.flush()
+
+
+def _publish_transactions(root: Path, n: int, docs: list[JsonDocument]) -> None:
+    with LocalJournalStore(root) as store:
+        outs = [store.create(f"out/part-{i}", NDJSON) for i in range(2)]
+        mapping = modulo_mapping(lambda d: d["session"], lambda: outs)
+        pub = Publisher(store)
+        log = IntentLog(root / "intents.json")
+        for first in range(0, n, 1000):
+            with Transaction(pub, log) as txn:
+                publish = txn.publish
+                for d in docs[first:first + 1000]:
+                    publish(mapping, d)
+        store.flush()
+
+
+def run(scale: float) -> list[Result]:
+    n = max(2000, int(300_000 * scale))
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
+        work = Path(tmp)
+        with LocalJournalStore(work / "journals") as store:
+            sources = _write_input(store, n)
+            runs = iter(range(1000))
+            best = interleaved(
+                {
+                    "read": lambda: _read(store, sources),
+                    "json": lambda: _ctp(store, sources, work, "json", next(runs), n),
+                    "sqlite": lambda: _ctp(store, sources, work, "sqlite", next(runs), n),
+                },
+                repeat=3,
+            )
+        docs = [_doc(i) for i in range(n)]
+        fresh = iter(range(1000))
+
+        def root() -> Path:
+            path = work / f"publish-{next(fresh)}"
+            shutil.rmtree(path, ignore_errors=True)
+            return path
+
+        pub = interleaved(
+            {
+                "committed": lambda: _publish_committed(root(), n, docs),
+                "transactions": lambda: _publish_transactions(root(), n, docs),
+            },
+            repeat=3,
+        )
+    rows = [
+        Result(
+            name=f"consumer: read, update {kind}, publish (txns ~10 ms)",
+            value=n / best[kind],
+            unit="msg/s",
+            baseline_name="ReadCommittedIter",
+            baseline=n / best["read"],
+            target=0.5,
+        )
+        for kind in ("json", "sqlite")
+    ]
+    rows.append(Result(
+        name="consumer: Transaction + IntentLog, txns of 1000",
+        value=n / pub["transactions"],
+        unit="msg/s",
+        baseline_name="publish_committed",
+        baseline=n / pub["committed"],
+        target=0.8,
+    ))
+    return rows
+
+
+if __name__ == "__main__":
+    from exactly.benchmarks._harness import format_table
+
+    t0 = time.perf_counter()
+    print(format_table(run(float(os.environ.get("BENCH_SCALE", "1")))))
+    print(f"({time.perf_counter() - t0:.1f} s)")
