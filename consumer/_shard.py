@@ -30,7 +30,8 @@ class ShardSpec:
     """
 
     id: str
-    sources: tuple[str, ...]
+    #: Kept as a tuple whatever sequence is given.
+    sources: Sequence[str]
     max_txn_duration: float = 1.0
     min_txn_duration: float = 0.0
 

@@ -46,13 +46,17 @@ def _doc(i: int) -> JsonDocument:
                         ts=1_700_000_000 + i, agent=AGENT)
 
 
+def _session(doc: Any) -> str:
+    return str(doc["session"])
+
+
 def _new_doc(spec: Any) -> JsonDocument:
     return JsonDocument()
 
 
 def _write_input(store: LocalJournalStore, n: int) -> list[str]:
     ins = [store.create(f"in/part-{i}", NDJSON) for i in range(2)]
-    mapping = modulo_mapping(lambda d: d["session"], lambda: ins)
+    mapping = modulo_mapping(_session, lambda: ins)
     pub = Publisher(store)
     for first in range(0, n, 1000):
         with Transaction(pub) as txn:
@@ -107,7 +111,7 @@ class _Derive(Application):
 def _ctp(store: LocalJournalStore, sources: list[str], work: Path, kind: str, run: int,
          n: int) -> None:
     outs = [store.create(f"out{run}/part-{i}", NDJSON) for i in range(2)]
-    mapping = modulo_mapping(lambda d: d["session"], lambda: outs)
+    mapping = modulo_mapping(_session, lambda: outs)
 
     def make_store(shard: Any) -> Store:
         if kind == "json":
@@ -128,7 +132,7 @@ def _ctp(store: LocalJournalStore, sources: list[str], work: Path, kind: str, ru
 def _publish_committed(root: Path, n: int, docs: list[JsonDocument]) -> None:
     with LocalJournalStore(root) as store:
         outs = [store.create(f"out/part-{i}", NDJSON) for i in range(2)]
-        mapping = modulo_mapping(lambda d: d["session"], lambda: outs)
+        mapping = modulo_mapping(_session, lambda: outs)
         publish = Publisher(store).publish_committed
         for d in docs:
             publish(mapping, d)
@@ -138,7 +142,7 @@ def _publish_committed(root: Path, n: int, docs: list[JsonDocument]) -> None:
 def _publish_transactions(root: Path, n: int, docs: list[JsonDocument]) -> None:
     with LocalJournalStore(root) as store:
         outs = [store.create(f"out/part-{i}", NDJSON) for i in range(2)]
-        mapping = modulo_mapping(lambda d: d["session"], lambda: outs)
+        mapping = modulo_mapping(_session, lambda: outs)
         pub = Publisher(store)
         log = IntentLog(root / "intents.json")
         for first in range(0, n, 1000):
