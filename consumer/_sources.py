@@ -1,78 +1,123 @@
-"""A shard's source readers: one thread per source journal, reading it
-uncommitted and following its appends, into the shard's inbox.
+"""A shard's sources: each journal read committed, in the shard's own thread.
 
-The transaction loop sequences what the readers deliver, as Gazette's
-consumer does with its read channel: the readers decode frames (their time
-overlaps the commits of the loop, which wait on fsyncs and appends), while
-the Sequencer, whose state the checkpoint records, stays the loop's alone.
+Each source keeps one ``Sequencer`` for as long as the shard serves (its
+ring, and so its replays, are those of one long read), and reads through a
+non-blocking ``ReadCommittedIter`` over it: the native loop decodes and
+sequences without a Python call per envelope. When a source has delivered
+everything up to its journal's end, its iterator ends; a ``GrowthWatch``
+then holds a blocking read at that offset and tells the shard when the
+journal grows, and the source opens a new iterator from there, over the same
+Sequencer.
+
+Reading in the shard's thread, rather than in one thread per source, keeps
+the interpreter's lock with the thread that has the work: measured, the
+reader threads cost a third of the throughput of a busy shard.
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from collections import deque
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from message import ReadUncommittedIter
+from message import Checkpoint, ProducerState, ReadCommittedIter, Sequencer
 
 from ._errors import ConsumerError
 
 if TYPE_CHECKING:
-    from journal import JournalClient
-    from message import Envelope, NewMessageFunc
+    import datetime
 
-#: At most this many envelopes wait in a shard's inbox: a reader that is
-#: this far ahead pauses (polling every ``_FULL_POLL`` seconds) until the
-#: loop has taken a quarter of them.
-INBOX_LIMIT: Final = 16384
-_FULL_POLL: Final = 0.002
+    from journal import JournalClient, JournalReader
+    from message import NewMessageFunc
 
 
-class Inbox:
-    """Envelopes delivered by the readers, in arrival order (each journal's
-    in its own order), and the wake-up of the loop that waits for them.
+class GrowthWatch:
+    """Tells when ``journal`` grows past an offset: a thread that, each time
+    it is armed, holds a blocking read at the offset until a byte arrives,
+    then sets ``grown`` and calls ``notify``. A read that fails calls
+    ``fail(journal, error)`` instead."""
 
-    A reader appends, then notifies only if the loop said it is waiting:
-    the loop sets ``waiting`` under the condition before it looks at
-    ``items`` one last time, so no delivery slips between the two. A reader
-    that fails sets ``failure`` (journal, error) after delivering all it
-    read; the loop looks at it only once ``items`` is empty.
-    """
+    def __init__(
+        self,
+        client: JournalClient,
+        journal: str,
+        notify: Callable[[], None],
+        fail: Callable[[str, BaseException], None],
+    ) -> None:
+        self.journal = journal
+        self.grown = False
+        self._client = client
+        self._notify = notify
+        self._fail = fail
+        self._cond = threading.Condition()
+        self._armed: int | None = None
+        self._reader: JournalReader | None = None
+        self._stopping = False
+        self._thread = threading.Thread(
+            target=self._run, name=f"exactly watch {journal}", daemon=True
+        )
+        self._thread.start()
 
-    def __init__(self) -> None:
-        self.items: deque[Envelope] = deque()
-        self.cond = threading.Condition()
-        self.waiting = False
-        self.stopping = False
-        self.failure: tuple[str, BaseException] | None = None
+    def arm(self, offset: int) -> None:
+        """Watch for bytes at ``offset`` (``grown`` is False until they come)."""
+        with self._cond:
+            self.grown = False
+            self._armed = offset
+            self._cond.notify_all()
 
-    def wake(self) -> None:
-        with self.cond:
-            self.cond.notify_all()
-
-    def fail(self, journal: str, error: BaseException) -> None:
-        with self.cond:
-            if self.failure is None:
-                self.failure = (journal, error)
-            self.cond.notify_all()
-
-    def wait(self, timeout: float | None) -> None:
-        """Block until something is delivered, the inbox is stopped, or
-        ``timeout`` seconds pass (called by the loop with nothing to take)."""
-        with self.cond:
-            self.waiting = True
+    def _run(self) -> None:
+        cond = self._cond
+        while True:
+            with cond:
+                while self._armed is None and not self._stopping:
+                    cond.wait()
+                if self._stopping:
+                    return
+                offset, self._armed = self._armed, None
+                assert offset is not None
+                try:
+                    reader = self._reader = self._client.read(self.journal, offset, block=True)
+                except Exception as exc:
+                    self._fail(self.journal, exc)
+                    return
             try:
-                if not self.items and not self.stopping and self.failure is None:
-                    self.cond.wait(timeout)
+                data = reader.read(1)
+            except Exception as exc:
+                if not self._stopping:
+                    self._fail(self.journal, exc)
+                return
             finally:
-                self.waiting = False
+                with cond:
+                    self._reader = None
+                reader.close()
+            if self._stopping:
+                return
+            if not data:
+                # A following read ends only when its reader or client is closed.
+                self._fail(self.journal, ConsumerError(
+                    f"reading {self.journal} ended: was the journal client closed?"))
+                return
+            self.grown = True
+            self._notify()
+
+    def stop(self) -> None:
+        """End the thread (a blocked read returns) and wait for it."""
+        with self._cond:
+            self._stopping = True
+            reader = self._reader
+            self._cond.notify_all()
+        if reader is not None:
+            reader.close()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
 
 
-class SourceReader:
-    """Reads one source journal uncommitted, from ``offset``, following its
-    appends, into ``inbox``; ``delivered`` is the offset just past the last
-    envelope delivered (set after it is in the inbox)."""
+class Source:
+    """One source journal of a shard, read committed from a checkpoint.
+
+    ``it`` is the open iterator, or None once it has read everything up to
+    the journal's end (``end``), until ``reopen``.
+    """
 
     def __init__(
         self,
@@ -80,48 +125,43 @@ class SourceReader:
         journal: str,
         new_message: NewMessageFunc,
         offset: int,
-        inbox: Inbox,
+        states: list[ProducerState],
+        watch: GrowthWatch,
     ) -> None:
         self.journal = journal
-        self.delivered = offset
-        self._inbox = inbox
-        # Made here, in the loop's thread, so that a missing journal or a
-        # bad offset raises where the shard starts.
-        self._it = ReadUncommittedIter(client, journal, new_message, offset=offset, block=True)
-        self._thread = threading.Thread(
-            target=self._run, name=f"exactly read {journal}", daemon=True
+        self.watch = watch
+        self._client = client
+        self._new_message = new_message
+        self.sequencer: Sequencer = Sequencer(states)
+        self.end = offset
+        self.it: ReadCommittedIter | None = None
+        self.reopen()
+
+    def reopen(self) -> None:
+        """Read on from ``end``, over the same Sequencer."""
+        self.it = ReadCommittedIter(
+            self._client, self.journal, self._new_message, self.sequencer, offset=self.end
         )
 
-    def start(self) -> None:
-        self._thread.start()
+    def ended(self) -> None:
+        """The iterator read everything there was: remember where, and watch
+        for more."""
+        it = self.it
+        assert it is not None
+        self.end = it.checkpoint().offsets[self.journal]
+        it.close()
+        self.it = None
+        self.watch.arm(self.end)
 
-    def _run(self) -> None:
-        inbox = self._inbox
-        items = inbox.items
-        append = items.append
-        try:
-            for env in self._it:
-                append(env)
-                self.delivered = env.end
-                if inbox.waiting:
-                    inbox.wake()
-                if len(items) >= INBOX_LIMIT:
-                    while len(items) > INBOX_LIMIT * 3 // 4 and not inbox.stopping:
-                        time.sleep(_FULL_POLL)
-            # A following read ends only when its reader or client is closed.
-            raise ConsumerError(f"reading {self.journal} ended: was the journal client closed?")
-        except Exception as exc:
-            if not inbox.stopping:
-                inbox.fail(self.journal, exc)
-        finally:
-            self._it.close()
+    def checkpoint(self, prune_horizon: float | datetime.timedelta) -> Checkpoint:
+        """Where to resume this source (valid between any two of its envelopes)."""
+        if self.it is not None:
+            return self.it.checkpoint(prune_horizon)
+        return Checkpoint({self.journal: self.end},
+                          self.sequencer.producer_states(prune_horizon))
 
-    def interrupt(self) -> None:
-        """Make the reader stop soon: a blocked read returns (any thread)."""
-        self._it.interrupt()
-
-    def stop(self) -> None:
-        """Interrupt the reader and wait for its thread to end."""
-        self._it.interrupt()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join()
+    def close(self) -> None:
+        self.watch.stop()
+        if self.it is not None:
+            self.it.close()
+            self.it = None

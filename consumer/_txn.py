@@ -1,16 +1,15 @@
 """The life of one shard: restore, recover, then transactions until stopped.
 
 One thread runs a shard (``ShardLoop``). It restores the store's
-checkpoint, appends the checkpoint's ACK intents again, starts a reader per
-source (``_sources``), and then runs transactions, as Gazette's consumer
-does (``consumer/transaction.go``):
+checkpoint, appends the checkpoint's ACK intents again, opens its sources
+(``_sources``: each read committed over a Sequencer of its own, which drops
+duplicates, holds transactions until their ACK and replays what its ring
+no longer holds), and then runs transactions, as Gazette's consumer does
+(``consumer/transaction.go``):
 
 1. the first committed message ready begins a transaction
    (``begin_txn``); each committed message of a source goes to
-   ``consume_message`` — every envelope the readers deliver is queued into
-   the shard's one Sequencer, which drops duplicates, holds transactions
-   until their ACK and replays what its ring no longer holds; ACKs are not
-   handed over;
+   ``consume_message``, the sources taking turns; ACKs are not handed over;
 2. the transaction ends once ``max_txn_duration`` has passed since it
    began, or when no message is ready and ``min_txn_duration`` has passed;
 3. ``finalize_txn``; then, once every message the shard published (and the
@@ -22,8 +21,8 @@ does (``consumer/transaction.go``):
    by the next start's re-appended intents where this producer wrote
    before); a crash after it is finished by the next start.
 
-The readers keep decoding while a commit waits on fsyncs and appends, so
-the next transaction's reading overlaps the commit of the last.
+While a commit waits on fsyncs, the appends of the journals' writer
+threads go on.
 """
 
 from __future__ import annotations
@@ -35,22 +34,12 @@ import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Final
 
-from journal import JournalNotFoundError
-from message import (
-    Checkpoint,
-    Envelope,
-    Flags,
-    MustStartReplay,
-    Publisher,
-    ReadUncommittedIter,
-    Sequencer,
-    get_flags,
-)
+from journal import JournalNotFoundError, TrackingClient
+from message import Checkpoint, Envelope, Flags, ProducerState, Publisher, get_flags
 
-from ._appends import RecordingClient
 from ._errors import ConsumerError, FencedError, StoreError
 from ._shard import Shard, ShardSpec
-from ._sources import Inbox, SourceReader
+from ._sources import GrowthWatch, Source
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -64,6 +53,9 @@ log = logging.getLogger("consumer")
 #: Producers idle this much longer than the newest of their journal are
 #: forgotten at a checkpoint (Gazette's consumers use the same horizon).
 PRUNE_HORIZON: Final = datetime.timedelta(hours=24)
+#: A source hands over at most this many messages before the next source
+#: with messages ready takes its turn.
+TURN: Final = 256
 
 _ACK: Final = int(Flags.ACK_TXN)
 
@@ -93,8 +85,10 @@ class ShardLoop:
         self._client = client
         self._app = app
         self._on_progress = on_progress
-        self._inbox = Inbox()
-        self._readers: list[SourceReader] = []
+        # Wakes the shard waiting for input: a source grew, one failed, stop.
+        self._cond = threading.Condition()
+        self._failure: tuple[str, BaseException] | None = None
+        self._sources: list[Source] = []
         self._stop = False
         self._thread = threading.Thread(
             target=self._main, name=f"exactly shard {spec.id}", daemon=True
@@ -106,11 +100,15 @@ class ShardLoop:
         self.transactions = 0
         self.messages = 0
         self._store: Store | None = None
-        self._appends = RecordingClient(client)
+        # The Publisher appends through it: a commit waits for this shard's
+        # own appends, and sees their failures (see journal.TrackingClient).
+        self._tracked = TrackingClient(client)
+        self._appends = self._tracked.pending
         self._publisher: Publisher | None = None
-        self._seq: Sequencer | None = None
-        self._read_through: dict[str, int] = {}
-        self._replaying: ReadUncommittedIter | None = None
+        # Of the restored checkpoint, what concerns journals that are not
+        # sources (kept in every checkpoint, in case they are again).
+        self._other_offsets: dict[str, int] = {}
+        self._other_states: list[ProducerState] = []
         self._next: Callable[[float | None], Envelope | None] = _not_started
 
     # -- control, from the runner's thread ------------------------------------
@@ -121,11 +119,7 @@ class ShardLoop:
     def request_stop(self) -> None:
         """Ask the shard to commit its open transaction and stop."""
         self._stop = True
-        inbox = self._inbox
-        inbox.stopping = True
-        for reader in list(self._readers):
-            reader.interrupt()
-        inbox.wake()
+        self._wake()
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
@@ -135,10 +129,10 @@ class ShardLoop:
         ``head(journal)``, taken now."""
         if not self.quiescent:
             return False
-        delivered = [(r.journal, r.delivered) for r in self._readers]
-        if self._inbox.items or not self.quiescent:
+        ends = [(s.journal, s.end, s.it is None) for s in self._sources]
+        if not all(ended for _, _, ended in ends) or not self.quiescent:
             return False
-        return all(offset >= head(journal) for journal, offset in delivered)
+        return all(end >= head(journal) for journal, end, _ in ends)
 
     # -- the shard's thread ----------------------------------------------------
 
@@ -160,23 +154,26 @@ class ShardLoop:
         self._recover(cp)
         # A Publisher of this start of the shard: a fresh producer ID, and
         # its own clock, which follows the wall clock.
-        self._publisher = Publisher(self._appends)
-        self._seq = Sequencer(cp.states)
-        self._read_through = dict(cp.offsets)
+        self._publisher = Publisher(self._tracked)
+        sources = set(spec.sources)
+        self._other_offsets = {j: o for j, o in cp.offsets.items() if j not in sources}
+        self._other_states = [s for s in cp.states if s.journal not in sources]
         for journal in spec.sources:
-            offset = self._read_through.setdefault(journal, 0)
-            self._readers.append(
-                SourceReader(self._client, journal, app.new_message, offset, self._inbox)
-            )
+            watch = GrowthWatch(self._client, journal, self._wake, self._fail)
+            try:
+                self._sources.append(Source(
+                    self._client, journal, app.new_message, cp.offsets.get(journal, 0),
+                    [s for s in cp.states if s.journal == journal], watch,
+                ))
+            except BaseException:
+                watch.stop()
+                raise
         log.info(
             "shard %s serving %s from offsets %s (%d producers known, producer %s)",
             spec.id, ", ".join(spec.sources),
-            {j: self._read_through[j] for j in spec.sources}, len(cp.states),
+            {s.journal: s.end for s in self._sources}, len(cp.states),
             self._publisher.producer_id.hex(),
         )
-        for reader in self._readers:
-            if not self._stop:
-                reader.start()
         committed = self._committed()
         next(committed)
         self._next = committed.send
@@ -249,37 +246,41 @@ class ShardLoop:
         ``timeout`` seconds (None: until the shard stops), or the shard is
         stopping. A generator, so that the per-message path finds what it
         uses in its locals, bound once."""
-        seq = self._seq
-        assert seq is not None
-        deque_committed, queue_uncommitted = seq.deque_committed, seq.queue_uncommitted
-        committed_by = seq.committed_by
-        inbox = self._inbox
-        items = inbox.items
-        popleft = items.popleft
-        read_through = self._read_through
+        sources = self._sources
+        count = len(sources)
+        turn = 0
         deadline: float | None = None
         timeout = yield None
         while True:
-            try:
-                env = deque_committed()
-            except MustStartReplay as exc:
-                self._start_replay(exc)
+            src = None
+            for k in range(count):
+                candidate = sources[(turn + k) % count]
+                if candidate.it is None and candidate.watch.grown:
+                    candidate.reopen()  # the journal grew: read on
+                if candidate.it is not None:
+                    src, turn = candidate, (turn + k + 1) % count
+                    break
+            if src is not None:
+                self.quiescent = False  # see caught_up
+                it = src.it
+                assert it is not None
+                committed_by = it.sequencer.committed_by
+                left = TURN
+                for env in it:
+                    # Only the envelope that commits a sequence can be its ACK.
+                    if env is committed_by() and _is_ack(env):
+                        continue
+                    deadline = None
+                    timeout = yield env
+                    left -= 1
+                    if not left or self._stop:
+                        break
+                else:
+                    src.ended()
                 continue
-            if env is not None:
-                # Only the envelope that commits a sequence can be its ACK.
-                if env is committed_by() and _is_ack(env):
-                    continue
-                deadline = None
-                timeout = yield env
-                continue
-            if items:
-                self.quiescent = False  # before taking: see caught_up
-                item = popleft()
-                queue_uncommitted(item)
-                read_through[item.journal.name] = item.end
-                continue
-            if inbox.failure is not None:
-                journal, error = inbox.failure
+            # Every source has handed over all there was.
+            if self._failure is not None:
+                journal, error = self._failure
                 error.add_note(f"reading source {journal} of shard {self.spec.id}")
                 raise error
             if self._stop or timeout == 0.0:
@@ -288,16 +289,34 @@ class ShardLoop:
                 continue
             if timeout is None:
                 self._rest()
-                inbox.wait(None)
+                self._wait(None)
                 continue
             if deadline is None:
                 deadline = time.monotonic() + timeout
-            left = deadline - time.monotonic()
-            if left <= 0:
+            left_s = deadline - time.monotonic()
+            if left_s <= 0:
                 deadline = None
                 timeout = yield None
                 continue
-            inbox.wait(left)
+            self._wait(left_s)
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def _fail(self, journal: str, error: BaseException) -> None:
+        with self._cond:
+            if self._failure is None:
+                self._failure = (journal, error)
+            self._cond.notify_all()
+
+    def _wait(self, timeout: float | None) -> None:
+        """Wait until a source grows or fails, the shard stops, or ``timeout``."""
+        with self._cond:
+            if (self._stop or self._failure is not None
+                    or any(s.watch.grown for s in self._sources)):
+                return
+            self._cond.wait(timeout)
 
     def _rest(self) -> None:
         """Nothing to do: once the last ACKs are durable, say so."""
@@ -307,31 +326,21 @@ class ShardLoop:
             self.quiescent = True
             self._on_progress()
 
-    def _start_replay(self, exc: MustStartReplay) -> None:
-        seq = self._seq
-        assert seq is not None
-        begin, end = seq.replay_range()
-        if self._replaying is not None:
-            self._replaying.close()
-        self._replaying = ReadUncommittedIter(
-            self._client, exc.journal, self._app.new_message, offset=begin, end_offset=end
-        )
-        log.debug("shard %s: replaying %s [%d, %d)", self.spec.id, exc.journal, begin, end)
-        seq.start_replay(self._replaying)
-
     def _commit(self, count: int, began: float) -> None:
-        shard, store, publisher, seq = self.shard, self._store, self._publisher, self._seq
-        assert store is not None and publisher is not None and seq is not None
+        shard, store, publisher = self.shard, self._store, self._publisher
+        assert store is not None and publisher is not None
         self._app.finalize_txn(shard, store, publisher)
         # What the transaction published, and the last ACKs, must be
         # durable before a checkpoint that depends on them commits.
         self._appends.settle()
-        states, inflight = seq.checkpoint_states(PRUNE_HORIZON)
-        offsets = dict(self._read_through)
-        if inflight is not None:
-            # Stopped in the middle of a committed sequence: re-read from
-            # the envelope that committed it.
-            offsets[inflight[0]] = inflight[1]
+        offsets = dict(self._other_offsets)
+        states = list(self._other_states)
+        for src in self._sources:
+            # Valid between any two envelopes, even in the middle of a
+            # committed sequence (then it resumes from its commit).
+            part = src.checkpoint(PRUNE_HORIZON)
+            offsets.update(part.offsets)
+            states.extend(part.states)
         intents = publisher.build_ack_intents()
         cp = Checkpoint(offsets, states, {i.journal: i.intent for i in intents})
         committing = time.monotonic()
@@ -345,7 +354,7 @@ class ShardLoop:
                 store=type(store).__name__,
             ) from exc
         # Committed: now downstream readers may see what it published.
-        append = self._appends.append
+        append = self._tracked.append
         for i in intents:
             append(i.journal, i.intent)
         self.transactions += 1
@@ -360,16 +369,13 @@ class ShardLoop:
     def _shutdown(self) -> None:
         """Release everything; on a failure, roll back the open transaction's
         output (its producer will never ACK it) rather than leave it pending."""
-        self._inbox.stopping = True
-        for reader in self._readers:
-            reader.stop()
-        if self._replaying is not None:
-            self._replaying.close()
+        for src in self._sources:
+            src.close()
         publisher = self._publisher
         if self.error is not None and publisher is not None and publisher.has_open_transaction:
             try:
                 for i in publisher.build_rollback_intents():
-                    self._appends.append(i.journal, i.intent)
+                    self._tracked.append(i.journal, i.intent)
                 self._appends.settle(timeout=10.0)
             except Exception as exc:  # the shard failed already: say it, keep the first error
                 log.warning("shard %s: its open transaction was not rolled back: %s",

@@ -60,6 +60,8 @@ from ._spec import CONTENT_TYPE_LABEL as CONTENT_TYPE_LABEL
 from ._spec import AppendResult as AppendResult
 from ._spec import JournalSpec as JournalSpec
 from ._spec import validate_journal_name as validate_journal_name
+from ._tracking import PendingAppends as PendingAppends
+from ._tracking import TrackingClient as TrackingClient
 
 if _typing.TYPE_CHECKING:
     from ._gazette.brokers import JournalRoute as JournalRoute
@@ -115,6 +117,8 @@ __all__ = [
     "MemoryJournalReader",
     "OffsetTracker",
     "read_all",
+    "PendingAppends",
+    "TrackingClient",
     "GazetteClient",
     "GazetteReader",
     "JournalRoute",

@@ -14,6 +14,10 @@
  * journal/_append_queue.py). make_untracked, track and append_results keep
  * append futures and their results out of the cyclic garbage collector
  * until they could be part of a cycle (see journal/_future.py).
+ *
+ * RecordingAppend and ScanFutures: PendingAppends' hot paths (the
+ * definition is journal/_tracking.py): an append that keeps its future, and
+ * one pass over a list of futures reading append futures' fields directly.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -548,6 +552,321 @@ fail:
     return NULL;
 }
 
+/*
+ * RecordingAppend(append, futures, prune, prune_at): a callable, append(name,
+ * data) that also appends the future to the list futures; once the list
+ * holds prune_at futures, prune() is called and returns the next threshold.
+ * PendingAppends.recorder's closure is the definition.
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *append;
+    PyObject *futures;
+    PyObject *prune;
+    Py_ssize_t prune_at;
+    vectorcallfunc vectorcall;
+} Recording;
+
+static PyObject *
+recording_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Recording *r = (Recording *)self;
+    PyObject *future = PyObject_Vectorcall(r->append, args, nargsf, kwnames);
+    if (future == NULL) {
+        return NULL;
+    }
+    if (PyList_Append(r->futures, future) < 0) {
+        Py_DECREF(future);
+        return NULL;
+    }
+    if (PyList_GET_SIZE(r->futures) >= r->prune_at) {
+        PyObject *next = PyObject_CallNoArgs(r->prune);
+        Py_ssize_t at = next ? PyLong_AsSsize_t(next) : -1;
+        Py_XDECREF(next);
+        if (at == -1 && PyErr_Occurred()) {
+            Py_DECREF(future);
+            return NULL;
+        }
+        r->prune_at = at;
+    }
+    return future;
+}
+
+static PyObject *
+recording_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"append", "futures", "prune", "prune_at", NULL};
+    PyObject *append, *futures, *prune;
+    Py_ssize_t prune_at;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO!On:RecordingAppend", kwlist, &append,
+                                     &PyList_Type, &futures, &prune, &prune_at)) {
+        return NULL;
+    }
+    Recording *r = (Recording *)type->tp_alloc(type, 0);
+    if (r == NULL) {
+        return NULL;
+    }
+    r->append = Py_NewRef(append);
+    r->futures = Py_NewRef(futures);
+    r->prune = Py_NewRef(prune);
+    r->prune_at = prune_at;
+    r->vectorcall = recording_vectorcall;
+    return (PyObject *)r;
+}
+
+static int
+recording_traverse(Recording *r, visitproc visit, void *arg)
+{
+    Py_VISIT(r->append);
+    Py_VISIT(r->futures);
+    Py_VISIT(r->prune);
+    return 0;
+}
+
+static int
+recording_clear(Recording *r)
+{
+    Py_CLEAR(r->append);
+    Py_CLEAR(r->futures);
+    Py_CLEAR(r->prune);
+    return 0;
+}
+
+static void
+recording_dealloc(Recording *r)
+{
+    PyObject_GC_UnTrack(r);
+    recording_clear(r);
+    Py_TYPE(r)->tp_free((PyObject *)r);
+}
+
+static PyTypeObject RecordingType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "journal._native.RecordingAppend",
+    .tp_doc = "RecordingAppend(append, futures, prune, prune_at)\n--\n\n"
+              "append(name, data) that keeps each future in futures (see "
+              "journal/_tracking.py).",
+    .tp_basicsize = sizeof(Recording),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Recording, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = recording_new,
+    .tp_traverse = (traverseproc)recording_traverse,
+    .tp_clear = (inquiry)recording_clear,
+    .tp_dealloc = (destructor)recording_dealloc,
+};
+
+/*
+ * ScanFutures(append_future_type): a callable, scan(futures) -> (error,
+ * pending): the first failure among the done futures, in list order, and
+ * the futures not done. py_scan_futures of journal/_tracking.py is the
+ * definition. A future of append_future_type that has no Condition yet is
+ * read from its fields (its states are set in one step each: see
+ * journal/_future.py); any other through done() and exception(0).
+ */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *type;
+    vectorcallfunc vectorcall;
+} Scan;
+
+static PyObject *str_cond, *str_state, *str_exception, *str_exception_method, *str_done,
+    *str_finished, *str_pending, *str_running;
+
+/* 1: done (error set to a new reference of its failure, or NULL), 0: not
+ * done, -1: a Python error. */
+static int
+scan_generic(PyObject *f, PyObject **error)
+{
+    PyObject *done = PyObject_CallMethodNoArgs(f, str_done);
+    if (done == NULL) {
+        return -1;
+    }
+    int is_done = PyObject_IsTrue(done);
+    Py_DECREF(done);
+    if (is_done <= 0) {
+        return is_done;
+    }
+    PyObject *zero = PyLong_FromLong(0);
+    PyObject *exc = zero ? PyObject_CallMethodOneArg(f, str_exception_method, zero) : NULL;
+    Py_XDECREF(zero);
+    if (exc == NULL) {
+        /* A cancelled future raises CancelledError: that is its failure. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (type == NULL) {
+            return -1;
+        }
+        PyErr_NormalizeException(&type, &value, &tb);
+        if (tb != NULL && value != NULL) {
+            PyException_SetTraceback(value, tb);
+        }
+        Py_XDECREF(type);
+        Py_XDECREF(tb);
+        if (value == NULL) {
+            return -1;
+        }
+        *error = value;
+        return 1;
+    }
+    if (exc == Py_None) {
+        Py_DECREF(exc);
+    }
+    else {
+        *error = exc;
+    }
+    return 1;
+}
+
+static PyObject *
+scan_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Scan *s = (Scan *)self;
+    if (PyVectorcall_NARGS(nargsf) != 1 || kwnames != NULL || !PyList_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "scan_futures(futures: list)");
+        return NULL;
+    }
+    PyObject *futures = args[0];
+    PyObject *pending = PyList_New(0);
+    if (pending == NULL) {
+        return NULL;
+    }
+    PyObject *first = NULL; /* the first failure: a new reference */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(futures); i++) {
+        PyObject *f = PyList_GET_ITEM(futures, i);
+        Py_INCREF(f);
+        int done = -2;
+        PyObject *failure = NULL;
+        if ((PyObject *)Py_TYPE(f) == s->type) {
+            PyObject *cond = PyObject_GetAttr(f, str_cond);
+            if (cond == NULL) {
+                goto fail_f;
+            }
+            int fast = cond == Py_None;
+            Py_DECREF(cond);
+            if (fast) {
+                PyObject *state = PyObject_GetAttr(f, str_state);
+                if (state == NULL) {
+                    goto fail_f;
+                }
+                int finished = PyObject_RichCompareBool(state, str_finished, Py_EQ);
+                int waiting = finished == 0
+                    && (PyObject_RichCompareBool(state, str_pending, Py_EQ) == 1
+                        || PyObject_RichCompareBool(state, str_running, Py_EQ) == 1);
+                Py_DECREF(state);
+                if (finished < 0 || PyErr_Occurred()) {
+                    goto fail_f;
+                }
+                if (finished) {
+                    done = 1;
+                    if (first == NULL) {
+                        PyObject *exc = PyObject_GetAttr(f, str_exception);
+                        if (exc == NULL) {
+                            goto fail_f;
+                        }
+                        if (exc != Py_None) {
+                            failure = exc;
+                        }
+                        else {
+                            Py_DECREF(exc);
+                        }
+                    }
+                }
+                else if (waiting) {
+                    done = 0;
+                }
+            }
+        }
+        if (done == -2) {
+            done = scan_generic(f, &failure);
+            if (done < 0) {
+                goto fail_f;
+            }
+        }
+        if (done == 0 && PyList_Append(pending, f) < 0) {
+            Py_XDECREF(failure);
+            goto fail_f;
+        }
+        if (failure != NULL) {
+            if (first == NULL) {
+                first = failure;
+            }
+            else {
+                Py_DECREF(failure);
+            }
+        }
+        Py_DECREF(f);
+        continue;
+    fail_f:
+        Py_DECREF(f);
+        Py_XDECREF(first);
+        Py_DECREF(pending);
+        return NULL;
+    }
+    PyObject *out = PyTuple_Pack(2, first ? first : Py_None, pending);
+    Py_XDECREF(first);
+    Py_DECREF(pending);
+    return out;
+}
+
+static PyObject *
+scan_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"append_future_type", NULL};
+    PyObject *ftype;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!:ScanFutures", kwlist, &PyType_Type,
+                                     &ftype)) {
+        return NULL;
+    }
+    Scan *s = (Scan *)type->tp_alloc(type, 0);
+    if (s == NULL) {
+        return NULL;
+    }
+    s->type = Py_NewRef(ftype);
+    s->vectorcall = scan_vectorcall;
+    return (PyObject *)s;
+}
+
+static int
+scan_traverse(Scan *s, visitproc visit, void *arg)
+{
+    Py_VISIT(s->type);
+    return 0;
+}
+
+static int
+scan_clear(Scan *s)
+{
+    Py_CLEAR(s->type);
+    return 0;
+}
+
+static void
+scan_dealloc(Scan *s)
+{
+    PyObject_GC_UnTrack(s);
+    scan_clear(s);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyTypeObject ScanType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "journal._native.ScanFutures",
+    .tp_doc = "ScanFutures(append_future_type)\n--\n\n"
+              "scan(futures) -> (first failure or None, futures not done) (see "
+              "journal/_tracking.py).",
+    .tp_basicsize = sizeof(Scan),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Scan, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = scan_new,
+    .tp_traverse = (traverseproc)scan_traverse,
+    .tp_clear = (inquiry)scan_clear,
+    .tp_dealloc = (destructor)scan_dealloc,
+};
+
 static PyMethodDef module_methods[] = {
     {"append_results", (PyCFunction)(void (*)(void))append_results, METH_FASTCALL,
      "append_results(cls, journal, begin, data, /)\n--\n\nThe result of each append of data "
@@ -571,11 +890,22 @@ static struct PyModuleDef module_def = {
 PyMODINIT_FUNC
 PyInit__native(void)
 {
-    if (PyType_Ready(&PendingType) < 0 || PyType_Ready(&RouterType) < 0) {
+    if (PyType_Ready(&PendingType) < 0 || PyType_Ready(&RouterType) < 0
+        || PyType_Ready(&RecordingType) < 0 || PyType_Ready(&ScanType) < 0) {
         return NULL;
     }
     str_submit = PyUnicode_InternFromString("submit");
-    if (str_submit == NULL) {
+    str_cond = PyUnicode_InternFromString("_cond");
+    str_state = PyUnicode_InternFromString("_state");
+    str_exception = PyUnicode_InternFromString("_exception");
+    str_exception_method = PyUnicode_InternFromString("exception");
+    str_done = PyUnicode_InternFromString("done");
+    str_finished = PyUnicode_InternFromString("FINISHED");
+    str_pending = PyUnicode_InternFromString("PENDING");
+    str_running = PyUnicode_InternFromString("RUNNING");
+    if (str_submit == NULL || str_cond == NULL || str_state == NULL || str_exception == NULL
+        || str_exception_method == NULL || str_done == NULL || str_finished == NULL || str_pending == NULL
+        || str_running == NULL) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&module_def);
@@ -583,7 +913,9 @@ PyInit__native(void)
         return NULL;
     }
     if (PyModule_AddObjectRef(m, "Pending", (PyObject *)&PendingType) < 0
-        || PyModule_AddObjectRef(m, "AppendRouter", (PyObject *)&RouterType) < 0) {
+        || PyModule_AddObjectRef(m, "AppendRouter", (PyObject *)&RouterType) < 0
+        || PyModule_AddObjectRef(m, "RecordingAppend", (PyObject *)&RecordingType) < 0
+        || PyModule_AddObjectRef(m, "ScanFutures", (PyObject *)&ScanType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

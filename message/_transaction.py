@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from journal import fsync_dir, write_durably
+from journal import PendingAppends, fsync_dir, write_durably
 
 from ._errors import MessageError
 from ._interfaces import MappingFunc, Message
@@ -160,11 +160,6 @@ def write_intents(client: JournalClient, intents: list[AckIntent]) -> list[Appen
     return [f.result() for f in futures]
 
 
-#: A transaction looks over its append futures when it holds this many, and
-#: forgets those that are done (remembering the first error).
-_PRUNE_AT = 4096
-
-
 class Transaction:
     """Publishes messages uncommitted, then commits them all at once (or none).
 
@@ -183,9 +178,8 @@ class Transaction:
     ) -> None:
         self.publisher = publisher
         self.log = log
-        self._futures: list[Future[AppendResult]] = []
-        self._prune_at = _PRUNE_AT
-        self._error: BaseException | None = None  # of the first failed append
+        # Its messages' appends, until they are durable (or one failed).
+        self._appends = PendingAppends()
         self._done = False
 
     @property
@@ -197,33 +191,8 @@ class Transaction:
         if self._done:
             raise RuntimeError("the transaction is already committed or aborted")
         future = self.publisher.publish_uncommitted(mapping, msg)
-        futures = self._futures
-        futures.append(future)
-        if len(futures) >= self._prune_at:
-            self._prune()
+        self._appends.add(future)
         return future
-
-    def _prune(self) -> None:
-        """Forget the appends that are done; remember the first that failed."""
-        pending: list[Future[AppendResult]] = []
-        for f in self._futures:
-            if not f.done():
-                pending.append(f)
-            elif self._error is None and not f.cancelled():
-                self._error = f.exception()
-        self._futures = pending
-        # Amortized: a writer far behind does not make every publish prune.
-        self._prune_at = max(_PRUNE_AT, 2 * len(pending))
-
-    def _wait(self) -> None:
-        """Wait until every message is durable; raise the first append error."""
-        futures, self._futures = self._futures, []
-        for f in futures:
-            exc = f.exception()
-            if self._error is None and exc is not None:
-                self._error = exc
-        if self._error is not None:
-            raise self._error
 
     def commit(self) -> list[AckIntent]:
         """Make the transaction's messages visible to read-committed readers."""
@@ -231,7 +200,7 @@ class Transaction:
             raise RuntimeError("the transaction is already committed or aborted")
         self._done = True
         try:
-            self._wait()  # the messages must be durable before their ACKs are
+            self._appends.settle()  # the messages must be durable before their ACKs are
         except BaseException:
             # Not all of it was written: it cannot commit. Roll back what
             # was, so that readers do not wait for it (if the client still
@@ -253,7 +222,7 @@ class Transaction:
             raise RuntimeError("the transaction is already committed or aborted")
         self._done = True
         with contextlib.suppress(Exception):  # a failed append needs no roll-back
-            self._wait()
+            self._appends.settle()
         intents = self.publisher.build_rollback_intents()
         write_intents(self.client, intents)
         return intents

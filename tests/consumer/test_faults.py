@@ -214,7 +214,7 @@ def test_a_chain_killed_at_random_is_exactly_once(tmp_path: Path) -> None:
         for name in SOURCES + MIDS + OUTPUTS:
             client.create(name, NDJSON)
         make_input(client, SOURCES, 2500, seed=4)
-        config = {"root": str(root), "store": store, "slow": 0.0005, "shards": [
+        config = {"root": str(root), "store": store, "slow": 0.001, "shards": [
             {"id": "first", "sources": SOURCES, "outputs": MIDS, "max_txn": 0.02},
             {"id": "second", "sources": MIDS, "outputs": OUTPUTS, "max_txn": 0.02}]}
         assert kill_at_random(config, seed=8, kills=8) >= 4
