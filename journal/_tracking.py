@@ -23,6 +23,7 @@ reads a list of futures in one pass.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
@@ -125,18 +126,14 @@ class PendingAppends:
         seconds (the appends are then still kept)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         error, pending = scan_futures(self._futures)
-        # Newest first: a journal's appends resolve in order, so waiting on
-        # its newest leaves the older ones done, read without waiting.
-        for f in reversed(pending):
+        while pending:
+            # Wait on the newest: a journal's appends resolve in order, so
+            # once it is done, so are the older ones of its journal, which
+            # the scan then drops without a wait of their own.
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                f.exception(left)
-            except TimeoutError:
-                raise
-            except CancelledError:
-                pass  # scanned again below
-        if pending:
-            late, _ = scan_futures(pending)
+            with contextlib.suppress(CancelledError):  # scanned as a failure below
+                pending[-1].exception(left)
+            late, pending = scan_futures(pending)
             error = error or late
         error = self._error or error
         self._futures.clear()
