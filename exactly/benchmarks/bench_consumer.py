@@ -1,7 +1,8 @@
 """The consumer runtime: consume-transform-produce through ``consumer.Runner``,
 and transactional publishing, each beside its baseline in the same run.
 
-- ctp, per store: a shard reads two journals of ~114-byte JSON messages
+- ctp, per store (JSON file, SQLite, and PostgreSQL where a server can be
+  started here): a shard reads two journals of ~114-byte JSON messages
   (written in transactions of 1000), and for each message updates its store
   and publishes one derived message to two output journals; transactions
   of about 1000 messages (max_txn_duration 10 ms). Baseline: a plain
@@ -25,7 +26,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from consumer import Application, JSONFileStore, Runner, ShardSpec, SQLiteStore, Store
+from consumer import (
+    Application,
+    JSONFileStore,
+    PostgresStore,
+    Runner,
+    ShardSpec,
+    SQLiteStore,
+    Store,
+)
 from exactly.benchmarks._harness import Result, interleaved
 from journal import LocalJournalStore
 from message import (
@@ -105,20 +114,29 @@ class _Derive(Application):
             store.connection.executemany(
                 "INSERT INTO sessions (k, c) VALUES (?, ?) ON CONFLICT (k)"
                 " DO UPDATE SET c = c + excluded.c", self.counts.items())
+        elif isinstance(store, PostgresStore):
+            store.connection.cursor().executemany(
+                "INSERT INTO sessions (k, c) VALUES (%s, %s) ON CONFLICT (k)"
+                " DO UPDATE SET c = sessions.c + excluded.c", list(self.counts.items()))
         self.counts = {}
 
 
 def _ctp(store: LocalJournalStore, sources: list[str], work: Path, kind: str, run: int,
-         n: int) -> None:
+         n: int, dbs: Any = None) -> None:
     outs = [store.create(f"out{run}/part-{i}", NDJSON) for i in range(2)]
     mapping = modulo_mapping(_session, lambda: outs)
 
     def make_store(shard: Any) -> Store:
         if kind == "json":
             return JSONFileStore(work / f"json-{run}")
-        s = SQLiteStore(work / f"sqlite-{run}.db")
+        s: SQLiteStore | PostgresStore
+        if kind == "postgres":
+            s = PostgresStore(next(dbs))  # a database of its own, made beforehand
+        else:
+            s = SQLiteStore(work / f"sqlite-{run}.db")
         s.connection.execute(
-            "CREATE TABLE IF NOT EXISTS sessions (k TEXT PRIMARY KEY, c INTEGER NOT NULL)")
+            "CREATE TABLE IF NOT EXISTS sessions (k TEXT PRIMARY KEY, c BIGINT NOT NULL)")
+        s.connection.commit()
         return s
 
     app = _Derive(make_store, mapping)
@@ -153,21 +171,41 @@ def _publish_transactions(root: Path, n: int, docs: list[JsonDocument]) -> None:
         store.flush()
 
 
+def _postgres_server() -> Any:
+    """A PostgreSQL server of this run, or None where none can start."""
+    try:
+        import psycopg  # noqa: F401 -- the postgres extra
+
+        from exactly._postgres import PostgresServer, PostgresUnavailableError
+    except ImportError:
+        return None
+    server = PostgresServer()
+    try:
+        server.start()
+    except PostgresUnavailableError:
+        return None
+    return server
+
+
 def run(scale: float) -> list[Result]:
     n = max(2000, int(300_000 * scale))
+    pg = _postgres_server()
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as tmp:
         work = Path(tmp)
-        with LocalJournalStore(work / "journals") as store:
-            sources = _write_input(store, n)
-            runs = iter(range(1000))
-            best = interleaved(
-                {
-                    "read": lambda: _read(store, sources),
-                    "json": lambda: _ctp(store, sources, work, "json", next(runs), n),
-                    "sqlite": lambda: _ctp(store, sources, work, "sqlite", next(runs), n),
-                },
-                repeat=3,
-            )
+        kinds = ["json", "sqlite"] + (["postgres"] if pg is not None else [])
+        try:
+            with LocalJournalStore(work / "journals") as store:
+                sources = _write_input(store, n)
+                runs = iter(range(1000))
+                dbs = iter([pg.create_database(f"bench_{i}") for i in range(3)] if pg else [])
+                fns: dict[str, Callable[[], object]] = {"read": lambda: _read(store, sources)}
+                for kind in kinds:
+                    fns[kind] = (lambda k: lambda: _ctp(store, sources, work, k, next(runs),
+                                                        n, dbs))(kind)
+                best = interleaved(fns, repeat=3)
+        finally:
+            if pg is not None:
+                pg.stop()
         docs = [_doc(i) for i in range(n)]
         fresh = iter(range(1000))
 
@@ -192,7 +230,7 @@ def run(scale: float) -> list[Result]:
             baseline=n / best["read"],
             target=0.5,
         )
-        for kind in ("json", "sqlite")
+        for kind in kinds
     ]
     rows.append(Result(
         name="consumer: Transaction + IntentLog, txns of 1000",
