@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import sys
@@ -101,6 +102,14 @@ def _get_or_create(builder: SparkSession.Builder) -> SparkSession:
         except PySparkRuntimeError as err:
             if err.getCondition() != "JAVA_GATEWAY_EXITED" or attempt >= _GATEWAY_ATTEMPTS:
                 raise
+            failed = [err]
+        # PySpark leaves the dead launcher's pipes open; its traceback holds
+        # them. Let them go here, quietly, rather than as a ResourceWarning
+        # wherever the garbage collector happens to run next.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ResourceWarning)
+            failed.clear()
+            gc.collect()
         log.warning("the Spark JVM exited while starting (attempt %d of %d); starting it again",
                     attempt, _GATEWAY_ATTEMPTS)
         attempt += 1
