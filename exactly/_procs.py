@@ -20,6 +20,8 @@ class Proc:
     name: str
     port: int
     pid: int | None = None
+    #: "https" for a process that serves TLS.
+    scheme: str = "http"
     # Start time (clock ticks since boot, from /proc): guards against
     # signalling an unrelated process that reused a dead one's PID.
     start_time: int | None = None
@@ -27,7 +29,7 @@ class Proc:
 
     @property
     def address(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "port": self.port, "pid": self.pid,
@@ -38,7 +40,8 @@ class Proc:
         return cls(name=str(doc["name"]), port=int(doc["port"]),
                    pid=None if doc.get("pid") is None else int(doc["pid"]),
                    start_time=None if doc.get("start_time") is None
-                   else int(doc["start_time"]))
+                   else int(doc["start_time"]),
+                   scheme=str(doc.get("address", "http://")).split("://", 1)[0])
 
 
 def proc_stat(pid: int) -> tuple[str, int] | None:

@@ -71,6 +71,7 @@ from exactly._clusterbuild import (  # re-exported: see __all__
     ensure_binaries,
     log_tail,
 )
+from exactly._clustertls import ClusterSecurity  # re-exported: see __all__
 from exactly._procs import (
     Proc,
     alive,
@@ -85,6 +86,7 @@ from exactly._sparkcluster import SparkCluster  # re-exported: see __all__
 
 __all__ = [
     "SparkCluster",
+    "ClusterSecurity",
     "GAZETTE_VERSION",
     "ETCD_VERSION",
     "DEFAULT_ETCD_LEASE",
@@ -262,11 +264,16 @@ class GazetteCluster:
 
     ``binaries`` defaults to ``ensure_binaries()`` (built at ``start()``).
     ``log_level`` is the brokers' (``debug``, ``info``, ``warn``, ...).
+    ``security`` (a ``ClusterSecurity``) makes the brokers serve TLS
+    (``https://`` addresses), ask for client certificates if ``mutual``,
+    and check authorizations if it has ``auth_keys``; ``gazctl()`` and
+    ``client_options()`` then carry the matching credentials.
     """
 
     def __init__(self, workdir: str | os.PathLike[str], *, brokers: int = 3,
                  binaries: Binaries | None = None, etcd_lease: int = DEFAULT_ETCD_LEASE,
-                 log_level: str = "info", stop_at_exit: bool = True) -> None:
+                 log_level: str = "info", stop_at_exit: bool = True,
+                 security: ClusterSecurity | None = None) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, not {brokers}")
         if etcd_lease < 2:
@@ -278,6 +285,7 @@ class GazetteCluster:
         self.etcd_lease = etcd_lease
         self.log_level = log_level
         self.stop_at_exit = stop_at_exit
+        self.security = security
         self._binaries = binaries
         self._etcd: Proc | None = None
         self._peer_port = 0
@@ -320,6 +328,11 @@ class GazetteCluster:
         """Every broker's URL, in broker order."""
         self._require_started()
         return [b.address for b in self._brokers]
+
+    def client_options(self) -> dict[str, Any]:
+        """``GazetteClient`` keyword arguments reaching this cluster's brokers
+        (their TLS and authorization; none for a plain cluster)."""
+        return self.security.client_options() if self.security is not None else {}
 
     @property
     def etcd_address(self) -> str:
@@ -378,7 +391,8 @@ class GazetteCluster:
                 ports = pick_ports(self.brokers + 2, [] if attempt else previous)
                 self._etcd = Proc("etcd", ports[0])
                 self._peer_port = ports[1]
-                self._brokers = [Proc(f"broker-{i}", port)
+                scheme = "https" if self.security is not None else "http"
+                self._brokers = [Proc(f"broker-{i}", port, scheme=scheme)
                                  for i, port in enumerate(ports[2:])]
                 try:
                     self._start_all(deadline)
@@ -549,7 +563,9 @@ class GazetteCluster:
                           binaries=Binaries(Path(bins["gazette"]), Path(bins["gazctl"]),
                                             Path(bins["etcd"])),
                           etcd_lease=int(doc["etcd_lease"]), log_level=str(doc["log_level"]),
-                          stop_at_exit=False)
+                          stop_at_exit=False,
+                          security=ClusterSecurity.from_json(doc["security"])
+                          if doc.get("security") else None)
             cluster._etcd = Proc.from_json(doc["etcd"])
             cluster._peer_port = int(doc["etcd_peer_port"])
             cluster._brokers = [Proc.from_json(b) for b in doc["brokers"]]
@@ -632,7 +648,8 @@ class GazetteCluster:
             f"--broker.file-root={self.fragment_root}",
             f"--etcd.address={self.etcd_address}", f"--etcd.lease={self.etcd_lease}s",
             f"--log.level={self.log_level}",
-        ], child_env(["BROKER_", "ETCD_", "LOG_", "DEBUG_"]))
+            *(self.security.broker_flags() if self.security is not None else ()),
+        ], child_env(["BROKER_", "ETCD_", "LOG_", "DEBUG_", "AUTH_"]))
 
     def _exited(self, proc: Proc, what: str) -> ClusterStartError:
         rc = proc.popen.poll() if proc.popen is not None else None
@@ -685,6 +702,8 @@ class GazetteCluster:
                 check: bool, timeout: float | None) -> subprocess.CompletedProcess[bytes]:
         env = child_env(["BROKER_"])
         env["BROKER_ADDRESS"] = address
+        if self.security is not None:
+            env.update(self.security.client_env())
         argv = [str(self.binaries.gazctl), *args]
         try:
             r = subprocess.run(argv, input=input, env=env, capture_output=True, timeout=timeout,
@@ -743,6 +762,7 @@ class GazetteCluster:
                          "etcd": str(self.binaries.etcd)},
             "etcd": self._etcd.to_json(),
             "brokers": [b.to_json() for b in self._brokers],
+            "security": self.security.to_json() if self.security is not None else None,
         }
         tmp = self.state_file.with_name(f".cluster.json.{os.getpid()}")
         tmp.write_text(json.dumps(doc, indent=2) + "\n")

@@ -28,6 +28,7 @@ import typing as _typing
 
 from ._check import JournalProblem as JournalProblem
 from ._errors import AppendTooLargeError as AppendTooLargeError
+from ._errors import BrokerAuthError as BrokerAuthError
 from ._errors import BrokerError as BrokerError
 from ._errors import BrokerUnavailableError as BrokerUnavailableError
 from ._errors import CorruptJournalError as CorruptJournalError
@@ -135,4 +136,5 @@ __all__ = [
     "JournalClosedError",
     "BrokerError",
     "BrokerUnavailableError",
+    "BrokerAuthError",
 ]

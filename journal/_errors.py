@@ -20,7 +20,9 @@ callers may catch at any level of this tree::
      ├── JournalClosedError         the client was closed                       RuntimeError
      └── BrokerError                a Gazette broker refused or failed a request
           │                         (.status, .journal, .address)
-          └── BrokerUnavailableError  no broker answered in time (.address)
+          ├── BrokerUnavailableError  no broker answered in time (.address)
+          └── BrokerAuthError       credentials refused, or a TLS certificate
+                                    that does not verify (.address)
 
 Errors caused by bad input also derive from ``ValueError`` so that generic
 input validation code catches them too. I/O failures inside a writer are
@@ -163,3 +165,10 @@ class BrokerError(JournalError):
 class BrokerUnavailableError(BrokerError):
     """No Gazette broker answered within the client's time bound: the
     cluster is unreachable, down, or not a Gazette cluster."""
+
+
+class BrokerAuthError(BrokerError):
+    """The cluster refused this client: its authorization is missing or not
+    valid (the brokers check ``--auth-keys``), or a TLS certificate did not
+    verify (the broker's, against ``trusted_ca_file``; or the client's,
+    against the brokers' CA). Never retried."""

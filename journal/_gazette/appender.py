@@ -51,8 +51,10 @@ class GazetteAppender(AppendQueue):
         journal = self.journal
         endpoint = self._brokers.pick(journal, primary=True)
         try:
-            call = self._brokers.stub(endpoint).append.future(
-                _requests(journal, data), timeout=self._brokers.rpc_timeout
+            stub = self._brokers.stub(endpoint)
+            call = stub.append.future(
+                _requests(journal, data), timeout=self._brokers.rpc_timeout,
+                metadata=stub.append_metadata(journal),
             )
         except grpc.RpcError:
             return lambda: self._write_batch(data)
@@ -75,7 +77,8 @@ class GazetteAppender(AppendQueue):
         journal = self.journal
 
         def attempt(stub: Stub, endpoint: str) -> pb.Fragment | None:
-            resp = stub.append(_requests(journal, data), timeout=self._brokers.rpc_timeout)
+            resp = stub.append(_requests(journal, data), timeout=self._brokers.rpc_timeout,
+                               metadata=stub.append_metadata(journal))
             if resp.HasField("header"):
                 self._brokers.learn(journal, resp.header.route)
             if resp.status == pb.OK:

@@ -17,14 +17,21 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit
 
 import grpc
 import grpc.experimental
 
-from .._errors import BrokerError, BrokerUnavailableError, JournalError, JournalNotFoundError
+from .._errors import (
+    BrokerAuthError,
+    BrokerError,
+    BrokerUnavailableError,
+    JournalError,
+    JournalNotFoundError,
+)
 from . import broker_pb2 as pb
+from .auth import CAP_APPEND, CAP_APPLY, CAP_LIST, CAP_READ, KeyedAuth, journal_selector
 
 LOG: Final = logging.getLogger("journal")
 
@@ -127,18 +134,20 @@ class JournalRoute:
         return None
 
 
-def _target(endpoint: str) -> str:
-    """The gRPC target of a Gazette endpoint URL (``http://host:port``)."""
+def _target(endpoint: str) -> tuple[str, bool]:
+    """The gRPC target of a Gazette endpoint URL (``http://host:port``, or
+    ``https://`` for TLS), and whether it uses TLS."""
     parts = urlsplit(endpoint)
     if parts.scheme == "unix":
-        return endpoint
-    if parts.scheme == "https":
-        raise ValueError(f"{endpoint}: TLS brokers are not supported by this client")
-    if parts.scheme != "http" or not parts.hostname:
+        return endpoint, False
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValueError(
-            f"not a broker address: {endpoint!r} (expected http://host:port, as BROKER_ADDRESS)"
+            f"not a broker address: {endpoint!r} (expected http://host:port or"
+            " https://host:port, as BROKER_ADDRESS)"
         )
-    return f"{parts.hostname}:{parts.port or 80}"
+    tls = parts.scheme == "https"
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{host}:{parts.port or (443 if tls else 80)}", tls
 
 
 def check_address(address: str) -> str:
@@ -152,13 +161,35 @@ def _as_is(data: bytes) -> bytes:
     return data
 
 
+@dataclass(frozen=True, slots=True)
+class Security:
+    """How a client checks the brokers and proves itself to them: the PEM
+    bytes of the CA it trusts (None: the system's) and of its own
+    certificate and key (mutual TLS), and the authorizations it signs."""
+
+    trusted_ca: bytes | None = None
+    cert: bytes | None = None
+    key: bytes | None = None
+    auth: KeyedAuth | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(
+            root_certificates=self.trusted_ca, private_key=self.key, certificate_chain=self.cert
+        )
+
+
 class Stub:
-    """The Journal service's RPCs on one channel."""
+    """The Journal service's RPCs on one channel; with ``auth``, each RPC
+    carries the authorization Gazette's ``AuthJournalClient`` would give it
+    (the appender passes ``append_metadata(journal)`` itself: its requests
+    are a stream)."""
 
-    __slots__ = ("append", "apply", "channel", "fragments", "list", "read", "store_health")
+    __slots__ = ("_auth", "append", "apply", "channel", "fragments", "list", "read",
+                 "store_health")
 
-    def __init__(self, channel: grpc.Channel) -> None:
+    def __init__(self, channel: grpc.Channel, auth: KeyedAuth | None = None) -> None:
         self.channel = channel
+        self._auth = auth
         self.list = channel.unary_stream(
             "/protocol.Journal/List",
             request_serializer=pb.ListRequest.SerializeToString,
@@ -190,15 +221,55 @@ class Stub:
             request_serializer=pb.FragmentStoreHealthRequest.SerializeToString,
             response_deserializer=pb.FragmentStoreHealthResponse.FromString,
         )
+        if auth is not None:
+            self.list = _authorized(self.list, auth, lambda r: (CAP_LIST, r.selector))
+            self.apply = _authorized(self.apply, auth, lambda r: (CAP_APPLY, None))
+            self.read = _authorized(
+                self.read, auth, lambda r: (CAP_READ, journal_selector(r.journal)))
+            self.fragments = _authorized(
+                self.fragments, auth, lambda r: (CAP_READ, journal_selector(r.journal)))
+            self.store_health = _authorized(self.store_health, auth, lambda r: (CAP_READ, None))
+
+    def append_metadata(self, journal: str) -> tuple[tuple[str, str], ...] | None:
+        """The metadata of an Append RPC to ``journal``."""
+        if self._auth is None:
+            return None
+        return self._auth.metadata(CAP_APPEND, journal_selector(journal))
+
+
+def _authorized(rpc: Any, auth: KeyedAuth, claims: Callable[[Any], tuple[int, Any]]) -> Any:
+    """``rpc`` whose every call carries the authorization of ``claims(request)``."""
+
+    def call(request: Any, **kwargs: Any) -> Any:
+        capability, selector = claims(request)
+        return rpc(request, metadata=auth.metadata(capability, selector), **kwargs)
+
+    return call
 
 
 class Brokers:
-    """Channels, routes and retries of one client (thread-safe)."""
+    """Channels, routes and retries of one client (thread-safe).
 
-    def __init__(self, address: str, *, retry_timeout: float | None, rpc_timeout: float) -> None:
+    Until a broker of the cluster has answered once, a request that finds
+    none gives up after ``connect_timeout`` seconds (an address where
+    nothing listens, or nothing Gazette); afterwards, transient failures
+    (a failover) are retried for ``retry_timeout``."""
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        retry_timeout: float | None,
+        rpc_timeout: float,
+        connect_timeout: float = 5.0,
+        security: Security | None = None,
+    ) -> None:
         self.address = check_address(address)
         self.retry_timeout = retry_timeout
         self.rpc_timeout = rpc_timeout
+        self.connect_timeout = connect_timeout
+        self.security = security or Security()
+        self._answered = False
         self._lock = threading.Lock()
         self._stubs: dict[str, Stub] = {}
         self._routes: dict[str, JournalRoute] = {}
@@ -216,9 +287,8 @@ class Brokers:
             if stub is None:
                 if self._closed:
                     raise grpc.RpcError("client closed")
-                channel = grpc.insecure_channel(
-                    _target(endpoint),
-                    options=[
+                target, tls = _target(endpoint)
+                options = [
                         ("grpc.max_receive_message_length", _MAX_RECEIVE),
                         ("grpc.max_send_message_length", _MAX_RECEIVE),
                         # Reconnect to a restarted broker quickly (gRPC's
@@ -232,9 +302,13 @@ class Brokers:
                         # two thread wake-ups less for each 32 KB chunk (about
                         # twice the read throughput).
                         (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
-                    ],
-                )
-                stub = self._stubs[endpoint] = Stub(channel)
+                ]
+                if tls:
+                    channel = grpc.secure_channel(
+                        target, self.security.credentials(), options=options)
+                else:
+                    channel = grpc.insecure_channel(target, options=options)
+                stub = self._stubs[endpoint] = Stub(channel, self.security.auth)
             return stub
 
     def close(self) -> None:
@@ -266,6 +340,7 @@ class Brokers:
             self._down[endpoint] = time.monotonic()
 
     def mark_up(self, endpoint: str) -> None:
+        self._answered = True
         if endpoint in self._down:
             with self._lock:
                 self._down.pop(endpoint, None)
@@ -304,6 +379,29 @@ class Brokers:
         with self._lock:
             return list(self._known)
 
+    def expired(self, started: float, now: float) -> bool:
+        """Should a request begun at ``started`` (monotonic) stop retrying?
+        Before any broker answered, after ``connect_timeout``; then after
+        ``retry_timeout`` (None: never)."""
+        if not self._answered and now - started >= self.connect_timeout:
+            return True
+        return self.retry_timeout is not None and now - started >= self.retry_timeout
+
+    def unavailable(self, what: str, journal: str | None, endpoint: str,
+                    last: str) -> BrokerUnavailableError:
+        """The error of a request that found no broker in time."""
+        if not self._answered:
+            how = (f"no Gazette broker answered at {self.address} within"
+                   f" {self.connect_timeout:g} s")
+            if "https" not in self.address and "Socket closed" in last:
+                how += " (is it a TLS broker? its address would begin with https://)"
+        else:
+            how = f"no Gazette broker answered at {self.address}"
+        return BrokerUnavailableError(
+            f"{what}: {how} (last tried {endpoint}: {last})",
+            status="UNAVAILABLE", journal=journal, address=endpoint,
+        )
+
     # Retries -----------------------------------------------------------------
 
     def call(
@@ -321,8 +419,7 @@ class Brokers:
         raises to give up. A transient gRPC error marks the endpoint down
         and tries again. Past the retry deadline the last problem is raised
         as ``BrokerUnavailableError``, naming the address."""
-        if deadline is None and self.retry_timeout is not None:
-            deadline = time.monotonic() + self.retry_timeout
+        started = time.monotonic()
         attempt = 0
         last = "no answer"
         endpoint = self.address
@@ -332,6 +429,9 @@ class Brokers:
                 result = attempt_fn(self.stub(endpoint), endpoint)
             except grpc.RpcError as err:
                 code = err.code() if isinstance(err, grpc.Call) else None
+                refused = refusal(err, what, journal, endpoint, self.security)
+                if refused is not None:
+                    raise refused from None
                 if code not in TRANSIENT and code is not None:
                     raise rpc_error(err, what, journal, endpoint) from None
                 if self._closed:
@@ -349,12 +449,9 @@ class Brokers:
                 if result is not None:
                     return result
                 last = "the journal's brokers are changing"
-            if deadline is not None and time.monotonic() >= deadline:
-                raise BrokerUnavailableError(
-                    f"{what}: no Gazette broker answered at {self.address}"
-                    f" (last tried {endpoint}: {last})",
-                    status="UNAVAILABLE", journal=journal, address=endpoint,
-                )
+            now = time.monotonic()
+            if self.expired(started, now) or (deadline is not None and now >= deadline):
+                raise self.unavailable(what, journal, endpoint, last)
             time.sleep(backoff(attempt))
             attempt += 1
 
@@ -371,6 +468,47 @@ class Brokers:
             return out
 
         return self.call("list journals", journal, attempt)
+
+
+#: Words of a failed RPC's details that mean a TLS handshake failed: the
+#: broker's certificate did not verify, or the broker refused the client's.
+_TLS_FAILURES: Final = ("handshake", "certificate", "CERTIFICATE", "SSL_ERROR", "tlsv1 alert")
+
+
+def refusal(
+    err: grpc.RpcError, what: str, journal: str | None, endpoint: str, security: Security
+) -> BrokerAuthError | None:
+    """The error of an RPC the cluster refused this client (credentials,
+    or a certificate that does not verify), or None for any other failure.
+    Such a refusal is never retried."""
+    code = err.code() if isinstance(err, grpc.Call) else None
+    details = describe(err)
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        hint = ("the client signs no authorization: give auth_keys (BROKER_AUTH_KEYS)"
+                if security.auth is None else
+                "its authorization was refused: are auth_keys the brokers' --auth-keys?")
+        return BrokerAuthError(
+            f"{what}: {endpoint} refused the request ({details}): {hint}",
+            status=code.name, journal=journal, address=endpoint,
+        )
+    if (code == grpc.StatusCode.UNAVAILABLE and endpoint.startswith("https:")
+            and "Unwrap failed" in details):
+        # The broker ended the TLS session at once, with an alert: as it
+        # does when it asks for a client certificate and gets none.
+        return BrokerAuthError(
+            f"{what}: {endpoint} closed the TLS connection ({details}): does it ask for a"
+            " client certificate? give cert_file and cert_key_file (BROKER_CERT_FILE,"
+            " BROKER_CERT_KEY_FILE)",
+            status="UNAVAILABLE", journal=journal, address=endpoint,
+        )
+    if code == grpc.StatusCode.UNAVAILABLE and any(w in details for w in _TLS_FAILURES):
+        return BrokerAuthError(
+            f"{what}: the TLS handshake with {endpoint} failed ({details}): check"
+            " trusted_ca_file (BROKER_TRUSTED_CA_FILE) against the brokers' certificate, and"
+            " cert_file / cert_key_file where the brokers ask for a client certificate",
+            status="UNAVAILABLE", journal=journal, address=endpoint,
+        )
+    return None
 
 
 def describe(err: grpc.RpcError) -> str:

@@ -53,7 +53,8 @@ from .._util import age_seconds, check_offsets
 from . import broker_pb2 as pb
 from . import wire
 from .appender import GazetteAppender
-from .brokers import ROUTING_STATUSES, Brokers, JournalRoute, Stub, status_error
+from .auth import KeyedAuth
+from .brokers import ROUTING_STATUSES, Brokers, JournalRoute, Security, Stub, status_error
 from .reader import GazetteReader
 
 #: Where a client connects when given no address and no ``BROKER_ADDRESS``.
@@ -94,9 +95,26 @@ class GazetteClient:
     ``file_root``: the local directory where the cluster's ``file://``
     fragment store is mounted (the brokers' ``--broker.file-root``); reads
     then open persisted fragments directly instead of through a broker.
-    ``retry_timeout``: seconds to keep retrying a request that fails for
-    transient reasons (None: forever). ``rpc_timeout``: seconds one RPC may
-    take. ``max_append_size``: larger appends raise ``AppendTooLargeError``.
+    ``connect_timeout``: seconds to wait for the first answer of any broker
+    (an address where none answers fails that soon). ``retry_timeout``:
+    seconds to keep retrying a request that fails for transient reasons once
+    the cluster has answered (a failover; None: forever). ``rpc_timeout``:
+    seconds one RPC may take. ``max_append_size``: larger appends raise
+    ``AppendTooLargeError``.
+
+    Secured clusters, as Gazette's tools reach them (each option, left out,
+    is read from the environment variable in brackets): an ``https://``
+    address uses TLS, checked against ``trusted_ca_file``
+    (``BROKER_TRUSTED_CA_FILE``; else the system's CAs); ``cert_file`` and
+    ``cert_key_file`` (``BROKER_CERT_FILE``, ``BROKER_CERT_KEY_FILE``) are
+    the client's certificate, for brokers that ask for one (mutual TLS);
+    ``auth_keys`` (``BROKER_AUTH_KEYS``) are the brokers' ``--auth-keys``,
+    base64 keys separated by commas or spaces: each request carries an
+    authorization signed with the first, as ``auth.KeyedAuth`` does
+    (``auth_token_ttl`` seconds long; a blocking read outliving it is
+    opened again with a new one). A request refused for its credentials,
+    or a certificate that does not verify, raises ``BrokerAuthError`` at
+    once.
     """
 
     def __init__(
@@ -114,6 +132,12 @@ class GazetteClient:
         max_append_size: int = DEFAULT_MAX_APPEND_SIZE,
         retry_timeout: float | None = 60.0,
         rpc_timeout: float = 30.0,
+        connect_timeout: float = 5.0,
+        trusted_ca_file: str | os.PathLike[str] | None = None,
+        cert_file: str | os.PathLike[str] | None = None,
+        cert_key_file: str | os.PathLike[str] | None = None,
+        auth_keys: str | None = None,
+        auth_token_ttl: float = 3600.0,
     ) -> None:
         address = address or os.environ.get("BROKER_ADDRESS") or DEFAULT_BROKER_ADDRESS
         if max_append_size < 1:
@@ -122,6 +146,10 @@ class GazetteClient:
             raise ValueError(f"retry_timeout must be >= 0 ({retry_timeout})")
         if rpc_timeout <= 0:
             raise ValueError(f"rpc_timeout must be positive ({rpc_timeout})")
+        if not connect_timeout > 0:
+            raise ValueError(f"connect_timeout must be positive ({connect_timeout})")
+        security = security_of(trusted_ca_file, cert_file, cert_key_file, auth_keys,
+                               auth_token_ttl)
         self._stores_given = fragment_stores is not None
         refresh = wire.to_timedelta(refresh_interval)
         assert refresh is not None
@@ -135,7 +163,8 @@ class GazetteClient:
             retention=wire.to_timedelta(retention),
         )
         self._defaults.check()
-        self._brokers = Brokers(address, retry_timeout=retry_timeout, rpc_timeout=rpc_timeout)
+        self._brokers = Brokers(address, retry_timeout=retry_timeout, rpc_timeout=rpc_timeout,
+                                connect_timeout=connect_timeout, security=security)
         self.address: Final = self._brokers.address
         self.file_root: Final = os.path.abspath(os.fspath(file_root)) if file_root else None
         self.max_append_size: Final = max_append_size
@@ -640,3 +669,38 @@ def _after_fork_in_child() -> None:
 atexit.register(_close_all_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def security_of(
+    trusted_ca_file: str | os.PathLike[str] | None,
+    cert_file: str | os.PathLike[str] | None,
+    cert_key_file: str | os.PathLike[str] | None,
+    auth_keys: str | None,
+    auth_token_ttl: float,
+) -> Security:
+    """The client's TLS files and authorizations, each from its argument or,
+    left out, from the environment as ``gazctl`` reads it."""
+    env = os.environ
+
+    def read(what: str, path: str | os.PathLike[str] | None, var: str) -> bytes | None:
+        path = path if path is not None else env.get(var) or None
+        if path is None:
+            return None
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as exc:
+            raise ValueError(f"{what} {os.fspath(path)!r}: {exc.strerror or exc}") from None
+
+    cert = read("cert_file", cert_file, "BROKER_CERT_FILE")
+    key = read("cert_key_file", cert_key_file, "BROKER_CERT_KEY_FILE")
+    if (cert is None) != (key is None):
+        raise ValueError("give cert_file and cert_key_file together (a client certificate"
+                         " and its key), or neither")
+    keys = auth_keys if auth_keys is not None else env.get("BROKER_AUTH_KEYS") or None
+    return Security(
+        trusted_ca=read("trusted_ca_file", trusted_ca_file, "BROKER_TRUSTED_CA_FILE"),
+        cert=cert,
+        key=key,
+        auth=KeyedAuth(keys, ttl=auth_token_ttl) if keys else None,
+    )

@@ -33,10 +33,18 @@ from urllib.parse import unquote, urlsplit
 
 import grpc
 
-from .._errors import BrokerError, BrokerUnavailableError, JournalError
+from .._errors import BrokerError, JournalError
 from .._reader import warn_jump
 from . import broker_pb2 as pb
-from .brokers import TRANSIENT, Brokers, backoff, describe, rpc_error, status_error
+from .brokers import (
+    TRANSIENT,
+    Brokers,
+    backoff,
+    describe,
+    refusal,
+    rpc_error,
+    status_error,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -97,7 +105,7 @@ class GazetteReader(io.RawIOBase):
         self._failures = 0  # Attempts in a row that failed.
         # Brokers that lack content this reader needs (see _status).
         self._avoid: frozenset[str] = frozenset()
-        self._deadline: float | None = None
+        self._retrying_since: float | None = None  # when attempts began to fail
 
     # The JournalReader protocol ------------------------------------------------
 
@@ -235,7 +243,8 @@ class GazetteReader(io.RawIOBase):
         if resp.status != pb.OK:
             return self._status(resp)
         self._failures = 0
-        self._deadline = None
+        self._retrying_since = None
+        self._brokers.mark_up(self._endpoint)
         if resp.offset > self._offset:
             if self._offset >= 0:
                 warn_jump(self._journal, self._offset, resp.offset)
@@ -331,6 +340,10 @@ class GazetteReader(io.RawIOBase):
         if self._closing:
             return False
         code = err.code() if isinstance(err, grpc.Call) else None
+        refused = refusal(err, f"read of {self._journal!r}", self._journal, self._endpoint,
+                          self._brokers.security)
+        if refused is not None:
+            raise refused
         # Brokers end a Read with UNKNOWN ("context canceled", ...) when the
         # journal moves or goes away; a new attempt finds out which.
         if code is not None and code not in TRANSIENT and code != grpc.StatusCode.UNKNOWN:
@@ -344,14 +357,11 @@ class GazetteReader(io.RawIOBase):
     def _retry(self, why: str) -> None:
         """Wait before the next attempt; give up past the retry deadline."""
         now = time.monotonic()
-        if self._deadline is None and self._brokers.retry_timeout is not None:
-            self._deadline = now + self._brokers.retry_timeout
-        if self._deadline is not None and now >= self._deadline:
-            raise BrokerUnavailableError(
-                f"read of {self._journal!r}: no Gazette broker answered at"
-                f" {self._brokers.address} (last tried {self._endpoint}: {why})",
-                status="UNAVAILABLE", journal=self._journal, address=self._endpoint,
-            )
+        if self._retrying_since is None:
+            self._retrying_since = now
+        if self._brokers.expired(self._retrying_since, now):
+            raise self._brokers.unavailable(
+                f"read of {self._journal!r}", self._journal, self._endpoint, why)
         delay = backoff(self._failures)
         self._failures += 1
         end = time.monotonic() + delay

@@ -127,11 +127,23 @@ def test_a_server_that_is_not_a_broker_is_one_clear_error() -> None:
         server.server_close()
 
 
-def test_bad_addresses_and_settings_are_value_errors() -> None:
-    """Addresses and journal settings Gazette would refuse fail at once."""
-    for bad in ("localhost:8080", "ftp://x", "https://127.0.0.1:1"):
+def test_bad_addresses_and_settings_are_value_errors(tmp_path: Path) -> None:
+    """Addresses, security files and journal settings Gazette would refuse
+    fail at once."""
+    for bad in ("localhost:8080", "ftp://x", "https://"):
         with pytest.raises(ValueError):
             GazetteClient(bad)
+    with pytest.raises(ValueError, match="trusted_ca_file"):
+        GazetteClient("https://127.0.0.1:1", trusted_ca_file=tmp_path / "no-such.pem")
+    (tmp_path / "c.pem").write_text("x")
+    with pytest.raises(ValueError, match="together"):
+        GazetteClient("https://127.0.0.1:1", cert_file=tmp_path / "c.pem")
+    with pytest.raises(ValueError, match="base64"):
+        GazetteClient("http://127.0.0.1:1", auth_keys="not base64!")
+    with pytest.raises(ValueError, match="at least one"):
+        GazetteClient("http://127.0.0.1:1", auth_keys=" , ")
+    with pytest.raises(ValueError, match="connect_timeout"):
+        GazetteClient("http://127.0.0.1:1", connect_timeout=0)
     with pytest.raises(ValueError, match="replication"):
         GazetteClient("http://127.0.0.1:1", replication=9)
     with pytest.raises(ValueError, match="fragment_length"):
