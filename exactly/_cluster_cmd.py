@@ -31,6 +31,11 @@ def add_cluster_command(sub: _SubParsers) -> None:
     _dir_option(s)
     s.add_argument("--brokers", type=_positive, default=3, metavar="N",
                    help="number of brokers (default 3)")
+    s.add_argument("--secure", action="store_true",
+                   help="brokers serve TLS (a throwaway CA in DIR/tls) and check authorizations"
+                        " (--broker.auth-keys); prints the BROKER_* settings that reach them")
+    s.add_argument("--mutual-tls", action="store_true",
+                   help="with --secure: brokers also ask clients for a certificate")
     s.set_defaults(func=cmd_start)
 
     st = csub.add_parser("status", help="the cluster's processes and addresses")
@@ -80,14 +85,30 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_start(args: argparse.Namespace) -> int:
-    from exactly.localcluster import ClusterError, GazetteCluster
+    from exactly.localcluster import ClusterError, ClusterSecurity, GazetteCluster
 
-    cluster = GazetteCluster(args.dir, brokers=args.brokers, stop_at_exit=False)
+    if args.mutual_tls and not args.secure:
+        return _fail(ValueError("--mutual-tls goes with --secure"))
+    security = None
+    if args.secure:
+        try:
+            security = ClusterSecurity.generate(args.dir / "tls", mutual=args.mutual_tls)
+        except RuntimeError as exc:
+            return _fail(exc)
+    cluster = GazetteCluster(args.dir, brokers=args.brokers, stop_at_exit=False,
+                             security=security)
     try:
         cluster.start(progress=_progress)
     except ClusterError as exc:
         return _fail(exc)
     print(f"BROKER_ADDRESS={cluster.address}", flush=True)
+    if security is not None:
+        env = security.client_env()
+        if not security.mutual:
+            env.pop("BROKER_CERT_FILE")
+            env.pop("BROKER_CERT_KEY_FILE")
+        for name, value in env.items():
+            print(f"{name}={shlex.quote(value)}", flush=True)
     where = shlex.quote(str(args.dir))
     print(f"started etcd and {args.brokers} broker(s) in {cluster.workdir} "
           f"(logs in {cluster.log_dir}); stop them with: exactly cluster stop --dir {where}",
@@ -109,6 +130,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     running = sum(p.running for p in procs)
     if running == len(procs):
         print(f"BROKER_ADDRESS={cluster.address}")
+        if cluster.security is not None:
+            for name, value in cluster.security.client_env().items():
+                print(f"{name}={shlex.quote(value)}")
         return 0
     if running == 0:
         return _fail(ClusterError(f"the cluster in {cluster.workdir} is stopped"))

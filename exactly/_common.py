@@ -58,7 +58,7 @@ def open_store(args: argparse.Namespace, *, must_exist: bool = True) -> Any:
 
         try:
             # A user waits: a cluster that does not answer is an error within seconds.
-            return GazetteClient(broker, retry_timeout=10.0)
+            return GazetteClient(broker, retry_timeout=10.0, **security_options(args))
         except ValueError as exc:
             raise UsageError(f"--broker: {exc}") from None
     from journal import LocalJournalStore
@@ -67,6 +67,17 @@ def open_store(args: argparse.Namespace, *, must_exist: bool = True) -> Any:
     if must_exist and not root.is_dir():
         raise UsageError(f"no journal store at {root} (create a journal first, or pass --root)")
     return LocalJournalStore(root)
+
+
+#: The command line's options that reach a secured cluster, by the name of
+#: GazetteClient's keyword argument (each else from its BROKER_* variable).
+SECURITY_OPTIONS = ("trusted_ca_file", "cert_file", "cert_key_file", "auth_keys")
+
+
+def security_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--trusted-ca-file`` ... ``--auth-keys`` given, as GazetteClient
+    keyword arguments."""
+    return {k: getattr(args, k) for k in SECURITY_OPTIONS if getattr(args, k, None) is not None}
 
 
 def non_negative(text: str) -> int:

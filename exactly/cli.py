@@ -61,6 +61,17 @@ def _store_options() -> _Parser:
                    help="a Gazette broker of the cluster holding the journals, e.g."
                         " http://127.0.0.1:8080 (default: $BROKER_ADDRESS, unless a store"
                         " directory is named)")
+    p.add_argument("--trusted-ca-file", default=argparse.SUPPRESS, metavar="FILE",
+                   help="with --broker https://...: the CA the brokers' certificate is"
+                        " checked against (default: $BROKER_TRUSTED_CA_FILE, else the system's)")
+    p.add_argument("--cert-file", default=argparse.SUPPRESS, metavar="FILE",
+                   help="a client certificate, for brokers that ask for one"
+                        " (default: $BROKER_CERT_FILE)")
+    p.add_argument("--cert-key-file", default=argparse.SUPPRESS, metavar="FILE",
+                   help="the client certificate's key (default: $BROKER_CERT_KEY_FILE)")
+    p.add_argument("--auth-keys", default=argparse.SUPPRESS, metavar="KEYS",
+                   help="the brokers' --auth-keys, base64 keys separated by commas: requests"
+                        " are signed with the first (default: $BROKER_AUTH_KEYS)")
     return p
 
 
@@ -163,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # gRPC's C core logs a TLS failure on stderr in lines of its own; the
+    # error this command prints says it in one. (Before grpc is imported.)
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     from consumer import ConsumerError
     from framing import FramingError
     from journal import JournalError

@@ -8,6 +8,10 @@ Options (all strings, as Spark passes them):
 ``file_root``          with ``broker``: where the cluster's ``file://`` fragment store is
                        mounted on the hosts running tasks (persisted fragments are then
                        read from it directly)
+``trusted_ca_file``,   with ``broker``: a secured cluster's TLS and authorizations, as
+``cert_file``,         ``GazetteClient`` takes them (files on every host that runs tasks;
+``cert_key_file``,     each left out is read from the tasks' ``BROKER_*`` environment)
+``auth_keys``
 ``journal``            one journal, or
 ``selector``           a label selector (``"app=clicks"``; ``prefix=a/`` matches names)
 ``schema``             content columns: a DDL string (``"page string, n long"``) or a

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from journal import GazetteClient, JournalSpec, JournalStore, LocalJournalStore
 
@@ -21,6 +21,10 @@ from journal import GazetteClient, JournalSpec, JournalStore, LocalJournalStore
 #: data, so that the driver and every executor reach them. Reads by selector
 #: leave them out.
 STATE_PREFIX: Final = ".exactly/pipeline/"
+
+#: The data source's options for a secured cluster: GazetteClient's keyword
+#: arguments of the same names.
+SECURITY_OPTIONS: Final = ("trusted_ca_file", "cert_file", "cert_key_file", "auth_keys")
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +36,14 @@ class StoreOptions:
     root: str | None = None
     broker: str | None = None
     file_root: str | None = None
+    #: With ``broker``: GazetteClient's options for a secured cluster
+    #: (``trusted_ca_file``, ``cert_file``, ``cert_key_file``, ``auth_keys``),
+    #: those given; the rest are read from each task's environment.
+    security: tuple[tuple[str, str], ...] = ()
+    #: With ``broker``: the replication of every journal the job creates,
+    #: its own state journals included (option ``replication``; None: the
+    #: client's default).
+    replication: int | None = None
 
     @classmethod
     def of(cls, options: Mapping[str, str]) -> StoreOptions:
@@ -44,13 +56,26 @@ class StoreOptions:
         if root:
             # Absolute: executors resolve relative paths in their own working directory.
             return cls(root=os.path.abspath(root))
-        return cls(broker=broker, file_root=options.get("file_root") or None)
+        security = tuple((k, options[k]) for k in SECURITY_OPTIONS if options.get(k))
+        text = (options.get("replication") or "").strip()
+        replication = int(text) if text.isdigit() and int(text) > 0 else None
+        return cls(broker=broker, file_root=options.get("file_root") or None, security=security,
+                   replication=replication)
 
     def open(self, *, create: bool = False) -> JournalStore:
         """A client of the store (to be closed by the caller). A store
         directory must exist unless ``create``."""
         if self.broker is not None:
-            return GazetteClient(self.broker, file_root=self.file_root)
+            given = dict(self.security)
+            # The client's own default unless the job says otherwise.
+            extra: dict[str, Any] = {}
+            if self.replication is not None:
+                extra["replication"] = self.replication
+            return GazetteClient(
+                self.broker, file_root=self.file_root, **extra,
+                trusted_ca_file=given.get("trusted_ca_file"), cert_file=given.get("cert_file"),
+                cert_key_file=given.get("cert_key_file"), auth_keys=given.get("auth_keys"),
+            )
         assert self.root is not None
         if not create and not os.path.isdir(self.root):
             raise ValueError(f"no journal store at {self.root} (option root)")

@@ -173,6 +173,31 @@ def gazette_cluster(gazette_binaries: Binaries,
 
 
 @pytest.fixture(scope="session")
+def gazette_secure_cluster(gazette_binaries: Binaries,
+                           tmp_path_factory: pytest.TempPathFactory) -> Iterator[GazetteCluster]:
+    """A second cluster for the whole run, secured as production clusters
+    are: its two brokers serve TLS (certificates of a throwaway CA), ask for
+    client certificates (mutual TLS) and check authorizations
+    (``--broker.auth-keys``). ``cluster.security`` has the files and keys,
+    ``cluster.client_options()`` the matching GazetteClient arguments."""
+    from exactly.localcluster import ClusterError, ClusterSecurity, GazetteCluster
+
+    work = tmp_path_factory.mktemp("gazette-secure")
+    security = ClusterSecurity.generate(work / "tls", mutual=True, auth=True)
+    cluster = GazetteCluster(work / "cluster", brokers=2, binaries=gazette_binaries,
+                             etcd_lease=10, security=security)
+    try:
+        cluster.start()
+    except ClusterError as exc:
+        reason = f"the secured Gazette test cluster did not start: {exc}"
+    else:
+        yield cluster
+        cluster.stop(grace=0.5)
+        return
+    _gazette_unavailable(reason)
+
+
+@pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A Spark standalone cluster for the whole run: a master and two
     workers (one core each) on 127.0.0.1, started from the installed pyspark;
@@ -214,7 +239,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test using a Gazette fixture carries the `gazette` marker, so that
     `-m "not gazette"` leaves them out; without the spark extra, Spark tests
     are skipped, with the reason."""
-    gazette = {"gazette_binaries", "gazette_cluster", "gazette_prefix", "gazette_interop"}
+    gazette = {"gazette_binaries", "gazette_cluster", "gazette_prefix", "gazette_interop",
+               "gazette_secure_cluster"}
     spark = {"spark", "spark_cluster"}
     for item in items:
         names = set(getattr(item, "fixturenames", ()))

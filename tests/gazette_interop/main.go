@@ -66,10 +66,18 @@ func frame(d *Doc) []byte {
 	return append(b, '\n')
 }
 
+// dial reaches the cluster at broker; a secured one with the TLS files and
+// authorization keys of the environment, as gazctl reads them
+// (BROKER_TRUSTED_CA_FILE, BROKER_CERT_FILE, BROKER_CERT_KEY_FILE,
+// BROKER_AUTH_KEYS).
 func dial(ctx context.Context, broker string) pb.RoutedJournalClient {
 	pb.RegisterGRPCDispatcher("local")
 	var cfg mbp.ClientConfig
 	cfg.Address = pb.Endpoint(broker)
+	cfg.TrustedCAFile = os.Getenv("BROKER_TRUSTED_CA_FILE")
+	cfg.CertFile = os.Getenv("BROKER_CERT_FILE")
+	cfg.CertKeyFile = os.Getenv("BROKER_CERT_KEY_FILE")
+	cfg.AuthKeys = os.Getenv("BROKER_AUTH_KEYS")
 	return cfg.MustRoutedJournalClient(ctx)
 }
 
