@@ -98,7 +98,7 @@ class ClusterSecurity:
                 "a secured local cluster needs the cryptography package (the test extra)"
             ) from exc
 
-        d = Path(directory)
+        d = Path(directory).resolve()  # brokers run in the cluster's directory
         d.mkdir(parents=True, exist_ok=True)
         now = dt.datetime.now(dt.UTC)
         valid = (now - dt.timedelta(hours=1), now + dt.timedelta(days=30))
