@@ -20,6 +20,9 @@ from typing import Final
 
 GAZETTE_VERSION: Final = "v0.103.0"
 ETCD_VERSION: Final = "v3.6.5"
+#: SeaweedFS (Apache-2.0): the S3-compatible fragment store of test clusters.
+#: The Go module proxy serves its commits as pseudo-versions.
+SEAWEEDFS_VERSION: Final = "v0.0.0-20261109003541-7506e5f91cd6"
 
 # How often a long build says it is still going.
 _HEARTBEAT: Final = 30.0
@@ -111,6 +114,21 @@ def ensure_binaries(*, cache_dir: str | os.PathLike[str] | None = None,
         gazctl=gazette_dir / "bin" / "gazctl",
         etcd=etcd_dir / "bin" / "etcd",
     )
+
+
+def ensure_seaweedfs(*, cache_dir: str | os.PathLike[str] | None = None,
+                     progress: Progress | None = None) -> Path:
+    """The pinned SeaweedFS ``weed`` binary (``SEAWEEDFS_VERSION``), built
+    with Go on first use and cached, as ``ensure_binaries`` builds Gazette's."""
+    cache = (Path(cache_dir) if cache_dir is not None else default_cache_dir()).resolve()
+    dest = cache / f"seaweedfs-{SEAWEEDFS_VERSION}"
+    _build_pinned(
+        dest, f"seaweedfs {SEAWEEDFS_VERSION}",
+        requires=[f"github.com/seaweedfs/seaweedfs@{SEAWEEDFS_VERSION}"],
+        outputs={"weed": "github.com/seaweedfs/seaweedfs/weed"},
+        eta="5 to 15 minutes", progress=progress,
+    )
+    return dest / "bin" / "weed"
 
 
 def build_go_program(src_dir: str | os.PathLike[str], name: str, *,

@@ -63,6 +63,7 @@ from ._spec import JournalSpec as JournalSpec
 from ._spec import validate_journal_name as validate_journal_name
 from ._tracking import PendingAppends as PendingAppends
 from ._tracking import TrackingClient as TrackingClient
+from ._watched import WatchedList as WatchedList
 
 if _typing.TYPE_CHECKING:
     from ._gazette.brokers import JournalRoute as JournalRoute
@@ -120,6 +121,7 @@ __all__ = [
     "read_all",
     "PendingAppends",
     "TrackingClient",
+    "WatchedList",
     "GazetteClient",
     "GazetteReader",
     "JournalRoute",

@@ -31,10 +31,13 @@ import re
 import threading
 import time
 import weakref
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Final, Self, cast, final
+
+import grpc
 
 from .._append_queue import append_router, flush_queues
 from .._errors import (
@@ -54,7 +57,16 @@ from . import broker_pb2 as pb
 from . import wire
 from .appender import GazetteAppender
 from .auth import KeyedAuth
-from .brokers import ROUTING_STATUSES, Brokers, JournalRoute, Security, Stub, status_error
+from .brokers import (
+    ROUTING_STATUSES,
+    Brokers,
+    JournalRoute,
+    Security,
+    Stub,
+    backoff,
+    refusal,
+    status_error,
+)
 from .reader import GazetteReader
 
 #: Where a client connects when given no address and no ``BROKER_ADDRESS``.
@@ -68,6 +80,9 @@ FILE_STORE: Final = "file:///"
 _ASSIGN_TIMEOUT: Final = 30.0
 _FULL_ASSIGN_TIMEOUT: Final = 5.0
 LOG: Final = logging.getLogger("journal")
+#: A watching List RPC ends after this many seconds and is opened again,
+#: so that its watcher notices soon that it was stopped.
+_WATCH_DEADLINE: Final = 5.0
 
 _CLIENTS: weakref.WeakSet[GazetteClient] = weakref.WeakSet()
 
@@ -93,8 +108,11 @@ class GazetteClient:
     prune``).
 
     ``file_root``: the local directory where the cluster's ``file://``
-    fragment store is mounted (the brokers' ``--broker.file-root``); reads
-    then open persisted fragments directly instead of through a broker.
+    fragment store is mounted (the brokers' ``--broker.file-root``).
+    ``direct_reads``: read persisted fragments straight from their store
+    where this client can (files under ``file_root``; a cloud store's signed
+    URLs, fetched over HTTP(S), every codec Gazette writes), instead of
+    through a broker; a fragment that cannot be is read through a broker.
     ``connect_timeout``: seconds to wait for the first answer of any broker
     (an address where none answers fails that soon). ``retry_timeout``:
     seconds to keep retrying a request that fails for transient reasons once
@@ -138,6 +156,7 @@ class GazetteClient:
         cert_key_file: str | os.PathLike[str] | None = None,
         auth_keys: str | None = None,
         auth_token_ttl: float = 3600.0,
+        direct_reads: bool = True,
     ) -> None:
         address = address or os.environ.get("BROKER_ADDRESS") or DEFAULT_BROKER_ADDRESS
         if max_append_size < 1:
@@ -167,6 +186,7 @@ class GazetteClient:
                                 connect_timeout=connect_timeout, security=security)
         self.address: Final = self._brokers.address
         self.file_root: Final = os.path.abspath(os.fspath(file_root)) if file_root else None
+        self.direct_reads: Final = direct_reads
         self.max_append_size: Final = max_append_size
         self._lock = threading.Lock()
         self._appenders: dict[str, GazetteAppender] = {}
@@ -295,6 +315,50 @@ class GazetteClient:
         # The cluster applied the selector; matching again here keeps the
         # semantics identical to the other clients' to the letter.
         return sorted((s for s in specs if sel.matches(s)), key=lambda s: s.name)
+
+    def watch_list(
+        self, selector: str | LabelSelector, stopped: Callable[[], bool]
+    ) -> Iterator[builtins.list[JournalSpec]]:
+        """Snapshots of the journals matching ``selector``, as ``list`` gives
+        them: the first at once, then one at each change, as long as
+        ``stopped()`` is false (looked at least every few seconds). A List RPC
+        that watches, resumed where it left off after a failure or its
+        deadline (see ``journal.WatchedList``)."""
+        sel = parse_label_selector(selector)
+        request = pb.ListRequest(selector=wire.selector(sel), watch=True)
+        attempt = 0
+        while not stopped():
+            self._check_open()
+            endpoint = self._brokers.pick(None, primary=False)
+            snapshot: builtins.list[pb.ListResponse.Journal] | None = None
+            try:
+                call = self._brokers.stub(endpoint).list(request, timeout=_WATCH_DEADLINE)
+                for resp in call:
+                    if resp.status != pb.OK:
+                        raise status_error(resp.status, None, endpoint)
+                    if snapshot is None:  # a snapshot's first response
+                        snapshot = list(resp.journals)
+                        request.watch_resume.CopyFrom(resp.header)
+                    elif resp.journals:
+                        snapshot.extend(resp.journals)
+                    else:  # an empty response ends the snapshot
+                        specs = [wire.journal_spec(j.spec) for j in snapshot]
+                        snapshot = None
+                        attempt = 0
+                        self._brokers.mark_up(endpoint)
+                        yield sorted((s for s in specs if sel.matches(s)),
+                                     key=lambda s: s.name)
+                    if stopped():
+                        call.cancel()
+                        return
+            except grpc.RpcError as err:
+                refused = refusal(err, "watch journals", None, endpoint, self._brokers.security)
+                if refused is not None:
+                    raise refused from None
+                if err.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                    continue  # no change for a while: watch again from where it was
+                time.sleep(backoff(attempt))
+                attempt += 1
 
     def route(self, name: str) -> JournalRoute:
         """The journal's brokers as the cluster routes it now: their endpoint
@@ -439,7 +503,8 @@ class GazetteClient:
         # range first, then OffsetNotYetAvailableError as check_read_args says.
         check_offsets(offset, end_offset)
         reader = GazetteReader(
-            self._reader_closed, self._brokers, name, offset, end_offset, block, self.file_root
+            self._reader_closed, self._brokers, name, offset, end_offset, block, self.file_root,
+            self.direct_reads,
         )
         with self._lock:
             self._readers.add(reader)

@@ -7,13 +7,13 @@ a fragment already persisted to a fragment store, its URL) followed by
 ``OFFSET_NOT_YET_AVAILABLE`` at the write head; a blocking one waits for
 further appends.
 
-When the client knows where the cluster's ``file://`` fragment store is
-mounted (``GazetteClient(file_root=...)``), reads ask the broker not to
-proxy persisted fragments (``do_not_proxy``): the broker answers with the
-fragment's URL and ends the stream, and the reader reads the file itself,
-then asks the broker again from the fragment's end. Fragments compressed
-with a codec the reader cannot open, or files it cannot find, are read
-through the broker instead.
+Reads ask brokers not to proxy persisted fragments (``do_not_proxy``): a
+broker answers with the fragment's URL and ends the stream, and the reader
+reads the fragment from its store itself (fragments.py: a ``file://`` store
+mounted at the client's ``file_root``, or a cloud store's signed URL), then
+asks the broker again from the fragment's end. A fragment the reader cannot
+open or decode here is read through a broker instead, and so is the rest of
+that reader's journal.
 
 Offsets jump forward when the broker answers with a later offset than asked
 for (the bytes were removed from the fragment store by retention); the jump
@@ -22,14 +22,11 @@ is logged, as for the other clients.
 
 from __future__ import annotations
 
-import gzip
 import io
 import logging
-import os
 import threading
 import time
-from typing import IO, TYPE_CHECKING, Final, cast, final
-from urllib.parse import unquote, urlsplit
+from typing import IO, TYPE_CHECKING, Final, final
 
 import grpc
 
@@ -45,6 +42,7 @@ from .brokers import (
     rpc_error,
     status_error,
 )
+from .fragments import open_fragment
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -77,6 +75,7 @@ class GazetteReader(io.RawIOBase):
         end_offset: int | None,
         block: bool,
         file_root: str | None,
+        direct: bool = True,
     ) -> None:
         super().__init__()
         self._on_close = on_close  # the client forgets its open readers
@@ -86,6 +85,11 @@ class GazetteReader(io.RawIOBase):
         self._end_offset = end_offset
         self._block = block
         self._file_root = file_root
+        # Ask brokers for the URLs of persisted fragments and read those
+        # from their store (see fragments.py); False once one could not be.
+        self._direct_ok = direct
+        #: Persisted fragments this reader read from their store, not a broker.
+        self.direct_fragments = 0
         self._lock = threading.Lock()  # Guards _call against close().
         self._call: grpc.Call | None = None
         self._stream: object = None  # The call's iterator of ReadResponse.
@@ -266,7 +270,7 @@ class GazetteReader(io.RawIOBase):
     def _start(self) -> None:
         """Start a Read RPC at the current offset, on a broker of the journal."""
         self._close_call()
-        direct = self._file_root is not None
+        direct = self._direct_ok
         request = pb.ReadRequest(
             journal=self._journal,
             offset=self._offset,
@@ -295,16 +299,18 @@ class GazetteReader(io.RawIOBase):
         if self._end_offset is not None and self._offset >= self._end_offset:
             return False
         if (
-            fragment is not None and url and self._file_root is not None
+            fragment is not None and url and self._direct_ok
             and fragment.begin <= self._offset < fragment.end
-            and self._open_direct(fragment, url)
         ):
-            return True
-        if fragment is not None and url and self._file_root is not None:
-            # The broker will not proxy it and we cannot open it: read it
+            stream = open_fragment(url, fragment, self._offset, self._file_root)
+            if stream is not None:
+                self._direct = stream
+                self._direct_end = fragment.end
+                self.direct_fragments += 1
+                return True
+            # The broker will not proxy it and we cannot open it: read
             # through the broker (without do_not_proxy) from now on.
-            LOG.info("journal %s: reading fragment %s through the broker", self._journal, url)
-            self._file_root = None
+            self._direct_ok = False
         return True  # A broker closed the stream (shutting down, reassigned...): start again.
 
     def _status(self, resp: pb.ReadResponse) -> bool:
@@ -370,43 +376,18 @@ class GazetteReader(io.RawIOBase):
 
     # Direct reads of persisted fragments ---------------------------------------
 
-    def _open_direct(self, fragment: pb.Fragment, url: str) -> bool:
-        parts = urlsplit(url)
-        if parts.scheme != "file" or self._file_root is None:
-            return False
-        codec = fragment.compression_codec
-        if codec not in (pb.NONE, pb.GZIP):
-            return False
-        path = os.path.join(self._file_root, unquote(parts.path).lstrip("/"))
-        try:
-            # Closed by _close_direct.
-            f = cast(IO[bytes], open(path, "rb") if codec == pb.NONE else gzip.open(path, "rb"))  # noqa: SIM115
-        except OSError as err:
-            LOG.warning("journal %s: cannot open fragment %s (%s)", self._journal, path, err)
-            return False
-        skip = self._offset - fragment.begin
-        try:
-            if codec == pb.NONE:
-                f.seek(skip)
-            else:
-                while skip:
-                    got = f.read(min(skip, 1 << 20))
-                    if not got:
-                        raise EOFError("fragment ends early")
-                    skip -= len(got)
-        except (OSError, EOFError) as err:
-            f.close()
-            LOG.warning("journal %s: cannot read fragment %s (%s)", self._journal, path, err)
-            return False
-        self._direct = f
-        self._direct_end = fragment.end
-        return True
-
     def _read_direct(self, size: int) -> bytes:
         """Up to ``size`` bytes of the fragment file; b"" once it is read."""
         assert self._direct is not None
         want = min(size, self._direct_end - self._offset)
-        data = self._direct.read(want) if want > 0 else b""
+        try:
+            data = self._direct.read(want) if want > 0 else b""
+        except Exception as err:  # a damaged stored fragment: the broker may still serve it
+            LOG.warning("journal %s: reading a fragment from its store failed at offset %d"
+                        " (%s): reading on through a broker", self._journal, self._offset, err)
+            self._close_direct()
+            self._direct_ok = False
+            return b""
         if data:
             self._offset += len(data)
             return data
