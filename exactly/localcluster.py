@@ -267,13 +267,16 @@ class GazetteCluster:
     ``security`` (a ``ClusterSecurity``) makes the brokers serve TLS
     (``https://`` addresses), ask for client certificates if ``mutual``,
     and check authorizations if it has ``auth_keys``; ``gazctl()`` and
-    ``client_options()`` then carry the matching credentials.
+    ``client_options()`` then carry the matching credentials. ``broker_env``
+    is added to the brokers' environment (the credentials of a cloud
+    fragment store, such as an ``S3Server``'s ``aws_env()``).
     """
 
     def __init__(self, workdir: str | os.PathLike[str], *, brokers: int = 3,
                  binaries: Binaries | None = None, etcd_lease: int = DEFAULT_ETCD_LEASE,
                  log_level: str = "info", stop_at_exit: bool = True,
-                 security: ClusterSecurity | None = None) -> None:
+                 security: ClusterSecurity | None = None,
+                 broker_env: Mapping[str, str] | None = None) -> None:
         if brokers < 1:
             raise ValueError(f"a cluster needs at least one broker, not {brokers}")
         if etcd_lease < 2:
@@ -286,6 +289,7 @@ class GazetteCluster:
         self.log_level = log_level
         self.stop_at_exit = stop_at_exit
         self.security = security
+        self.broker_env = dict(broker_env or {})
         self._binaries = binaries
         self._etcd: Proc | None = None
         self._peer_port = 0
@@ -649,7 +653,7 @@ class GazetteCluster:
             f"--etcd.address={self.etcd_address}", f"--etcd.lease={self.etcd_lease}s",
             f"--log.level={self.log_level}",
             *(self.security.broker_flags() if self.security is not None else ()),
-        ], child_env(["BROKER_", "ETCD_", "LOG_", "DEBUG_", "AUTH_"]))
+        ], {**child_env(["BROKER_", "ETCD_", "LOG_", "DEBUG_", "AUTH_"]), **self.broker_env})
 
     def _exited(self, proc: Proc, what: str) -> ClusterStartError:
         rc = proc.popen.poll() if proc.popen is not None else None

@@ -198,6 +198,49 @@ def gazette_secure_cluster(gazette_binaries: Binaries,
 
 
 @pytest.fixture(scope="session")
+def s3_server(request: pytest.FixtureRequest,
+              tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """An S3-compatible server (SeaweedFS, built with Go on first use and
+    cached) on 127.0.0.1 for the whole run, with one bucket."""
+    from exactly._clusterbuild import ClusterError, GoNotFoundError, ensure_seaweedfs
+    from exactly._s3server import S3Server
+
+    try:
+        ensure_seaweedfs(progress=_live_progress(request.config))
+        server = S3Server(tmp_path_factory.mktemp("s3")).start()
+    except GoNotFoundError:
+        reason = "S3 fragment store tests need Go to build SeaweedFS: no `go` on PATH"
+    except ClusterError as exc:
+        reason = f"the S3-compatible test server did not start: {exc}"
+    else:
+        yield server
+        server.stop()
+        return
+    _gazette_unavailable(reason)
+
+
+@pytest.fixture(scope="session")
+def gazette_s3_cluster(gazette_binaries: Binaries, s3_server: Any,
+                       tmp_path_factory: pytest.TempPathFactory) -> Iterator[GazetteCluster]:
+    """A cluster of two brokers that persist fragments to ``s3_server``
+    (journals whose spec names ``s3_server.store_url(...)``)."""
+    from exactly.localcluster import ClusterError, GazetteCluster
+
+    cluster = GazetteCluster(tmp_path_factory.mktemp("gazette-s3"), brokers=2,
+                             binaries=gazette_binaries, etcd_lease=10,
+                             broker_env=s3_server.aws_env())
+    try:
+        cluster.start()
+    except ClusterError as exc:
+        reason = f"the Gazette cluster of the S3 tests did not start: {exc}"
+    else:
+        yield cluster
+        cluster.stop(grace=0.5)
+        return
+    _gazette_unavailable(reason)
+
+
+@pytest.fixture(scope="session")
 def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A Spark standalone cluster for the whole run: a master and two
     workers (one core each) on 127.0.0.1, started from the installed pyspark;
@@ -240,7 +283,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     `-m "not gazette"` leaves them out; without the spark extra, Spark tests
     are skipped, with the reason."""
     gazette = {"gazette_binaries", "gazette_cluster", "gazette_prefix", "gazette_interop",
-               "gazette_secure_cluster"}
+               "gazette_secure_cluster", "s3_server", "gazette_s3_cluster"}
     spark = {"spark", "spark_cluster"}
     for item in items:
         names = set(getattr(item, "fixturenames", ()))

@@ -100,7 +100,7 @@ class GazetteClient:
     ``create``): ``replication`` (brokers holding each journal; a cluster
     needs at least that many brokers), ``fragment_length`` (bytes after
     which a fragment is closed and persisted), ``compression`` (``"none"``,
-    ``"gzip"``, ``"zstandard"`` or ``"snappy"``), ``fragment_stores`` (URLs
+    ``"gzip"``, ``"zstandard"``, ``"snappy"`` or ``"gzip_offload"``), ``fragment_stores`` (URLs
     where fragments persist; None: ``file:///`` if the cluster has a file
     store, else none), ``flush_interval`` (persist at least this often;
     None: only when full), ``refresh_interval`` (how often brokers list the

@@ -18,6 +18,9 @@ CODECS: Final = {
     "gzip": pb.GZIP,
     "zstandard": pb.ZSTANDARD,
     "snappy": pb.SNAPPY,
+    # gzip, stored with Content-Encoding: gzip, so that an HTTP client of a
+    # cloud store (a browser, curl) gets the content decompressed.
+    "gzip_offload": pb.GZIP_OFFLOAD_DECOMPRESSION,
 }
 # Gazette's own bounds (broker/protocol/journal_spec_extensions.go).
 MIN_FRAGMENT_LENGTH: Final = 1 << 10
