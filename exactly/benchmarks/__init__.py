@@ -15,6 +15,7 @@ BENCHMARKS: tuple[str, ...] = (
     "bench_journal",
     "bench_consumer",
     "bench_broker",
+    "bench_secured",
     "bench_spark",
     "bench_spark_broker",
     # Module names under ``benchmarks``, run in this order.

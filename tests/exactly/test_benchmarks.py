@@ -15,7 +15,7 @@ from exactly.benchmarks._harness import Result, format_table
 # Benchmarks that start Spark run with the Spark tests; the broker benchmark
 # starts a Gazette cluster, whose binaries the gazette fixtures provide.
 SPARK = {name for name in BENCHMARKS if "spark" in name}
-GAZETTE = {"bench_broker"}
+GAZETTE = {"bench_broker", "bench_secured"}
 
 
 def _check_runs(name: str) -> None:
@@ -34,8 +34,10 @@ def test_benchmark_runs_at_small_scale(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(GAZETTE))
-def test_broker_benchmark_runs_at_small_scale(name: str, gazette_binaries: object) -> None:
-    """The broker benchmark starts its own cluster and returns its rows."""
+def test_broker_benchmark_runs_at_small_scale(name: str, gazette_binaries: object,
+                                              s3_server: object) -> None:
+    """The broker benchmarks start their own clusters (and S3-compatible
+    server, built for s3_server) and return their rows."""
     _check_runs(name)
 
 
