@@ -15,19 +15,24 @@ from pathlib import Path
 from typing import TextIO
 
 from exactly._common import UsageError
-from exactly.localcluster import GazetteCluster, SparkCluster
+from exactly.localcluster import ClusterSecurity, GazetteCluster, SparkCluster
 
 
 def run_cluster_demo(store: Path, out: TextIO = sys.stdout,
-                     progress_every: float = 5.0) -> int:
-    """The demo in ``store`` (its clusters' directories inside); an exit status."""
+                     progress_every: float = 5.0, *, secure: bool = False) -> int:
+    """The demo in ``store`` (its clusters' directories inside); an exit
+    status. With ``secure``, the Gazette brokers serve TLS, ask for client
+    certificates and check authorizations, and every client of the demo
+    (its producers, the Spark job's tasks) presents them."""
     from pipeline import StoreOptions
     from pipeline.demo import Progress, prepare, run_demo, say
 
     t0 = time.monotonic()
     root = store.resolve()
     prepare(root)
-    gazette = GazetteCluster(root / "gazette", brokers=3, log_level="warn")
+    security = (ClusterSecurity.generate(root / "gazette-tls", mutual=True, auth=True)
+                if secure else None)
+    gazette = GazetteCluster(root / "gazette", brokers=3, log_level="warn", security=security)
     spark = SparkCluster(root / "spark", workers=2)
     try:
         with Progress(out, t0, "starting a Gazette cluster (the first time, Go builds"
@@ -39,7 +44,9 @@ def run_cluster_demo(store: Path, out: TextIO = sys.stdout,
             spark.start()
         say(out, t0, f"Spark standalone cluster up: a master and 2 workers at"
             f" {spark.master_url}")
-        where = StoreOptions(broker=gazette.address, file_root=str(gazette.fragment_root))
+        options = {k: str(v) for k, v in gazette.client_options().items() if v}
+        where = StoreOptions(broker=gazette.address, file_root=str(gazette.fragment_root),
+                             security=tuple(sorted(options.items())))
         return run_demo(root, where=where, master=spark.master_url, out=out,
                         progress_every=progress_every, prepared=True)
     finally:
@@ -53,6 +60,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from exactly._quickdemo import run_quick_demo
 
     store = args.store or ("demo-cluster" if args.cluster else "demo-store")
+    if args.secure and not args.cluster:
+        raise UsageError("--secure goes with --cluster (the embedded store has no TLS)")
     if args.quick:
         if args.cluster:
             raise UsageError("--quick runs without Spark or clusters: not with --cluster")
@@ -71,6 +80,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from exactly._clusterbuild import ClusterError
 
     try:
-        return run_cluster_demo(Path(store))
+        return run_cluster_demo(Path(store), secure=args.secure)
     except ClusterError as exc:
         raise UsageError(str(exc).splitlines()[0]) from None

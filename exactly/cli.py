@@ -158,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
                         " and stop them")
     d.add_argument("--quick", action="store_true",
                    help="only the sequencing demo: no Spark, a few seconds")
+    d.add_argument("--secure", action="store_true",
+                   help="with --cluster: the Gazette brokers serve TLS (a throwaway CA), ask"
+                        " for client certificates and check authorizations")
     d.set_defaults(func=cmd_demo)
 
     b = sub.add_parser("bench", help="run the benchmarks and print a table")

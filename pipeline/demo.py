@@ -118,9 +118,11 @@ def _create_journals(where: StoreOptions) -> None:
 
 def _producer(where: StoreOptions, role: str, seed: int) -> subprocess.Popen[str]:
     target = where.broker or str(where.root)
+    # A secured cluster's settings reach the producer as gazctl's do.
+    env = {**os.environ, **{f"BROKER_{k.upper()}": v for k, v in where.security}}
     return subprocess.Popen(
         [sys.executable, "-m", "pipeline._demo_producer", target, role, str(seed)],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, text=True, env=env,
     )
 
 
@@ -259,7 +261,8 @@ def _spark_job(
     import pipeline
 
     store = ({"root": where.root} if where.root is not None
-             else {"broker": where.broker, "file_root": where.file_root or ""})
+             else {"broker": where.broker, "file_root": where.file_root or "",
+                   **dict(where.security)})
     opts = {**store, "selector": "app=clicks", "schema": "session string, page string, ms long"}
     committed = spark.read.format("journal").options(**opts).load()  # no ACK rows
     committed = committed.cache()
