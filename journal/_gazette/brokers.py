@@ -330,6 +330,12 @@ class Brokers:
             for endpoint in r.endpoints:
                 self._known.setdefault(endpoint, None)
 
+    def primary_of(self, journal: str) -> str | None:
+        """The endpoint of ``journal``'s primary broker, if its route is known."""
+        with self._lock:
+            route = self._routes.get(journal)
+        return None if route is None else route.primary_endpoint
+
     def forget(self, journal: str) -> None:
         with self._lock:
             self._routes.pop(journal, None)

@@ -329,6 +329,14 @@ class GazetteReader(io.RawIOBase):
                     f" (write head {resp.write_head})"
                 )
                 return True
+            primary = self._brokers.primary_of(self._journal)
+            if primary is not None and primary != self._endpoint:
+                # A replica's write head may lag the primary's (one just
+                # assigned to the journal after a failover): only the
+                # primary's says where the journal ends.
+                self._avoid = self._avoid | {self._endpoint}
+                self._retry(f"{self._endpoint}, a replica, ends at {resp.write_head}")
+                return True
             self._at_head = True
             self._avoid = frozenset()
             return False
