@@ -16,10 +16,12 @@ reader threads cost a third of the throughput of a busy shard.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from journal import OffsetNotYetAvailableError
 from message import Checkpoint, ProducerState, ReadCommittedIter, Sequencer
 
 from ._errors import ConsumerError
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 
     from journal import JournalClient, JournalReader
     from message import NewMessageFunc
+
+log = logging.getLogger("consumer")
 
 
 class GrowthWatch:
@@ -138,10 +142,23 @@ class Source:
         self.reopen()
 
     def reopen(self) -> None:
-        """Read on from ``end``, over the same Sequencer."""
-        self.it = ReadCommittedIter(
-            self._client, self.journal, self._new_message, self.sequencer, offset=self.end
-        )
+        """Read on from ``end``, over the same Sequencer.
+
+        A journal that says it ends before ``end`` (a Gazette broker that
+        has not caught up with the journal after a failover says so until
+        its replication pipeline is synchronised) is waited for, as a
+        journal that has not grown: the watch's blocking read at ``end``
+        tells when it has."""
+        try:
+            self.it = ReadCommittedIter(
+                self._client, self.journal, self._new_message, self.sequencer, offset=self.end
+            )
+        except OffsetNotYetAvailableError as exc:
+            log.warning(
+                "source %s ends at %d, before offset %d where this shard reads on:"
+                " waiting until it reaches it", self.journal, exc.head, self.end)
+            self.it = None
+            self.watch.arm(self.end)
 
     def ended(self) -> None:
         """The iterator read everything there was: remember where, and watch

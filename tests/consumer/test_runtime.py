@@ -366,6 +366,41 @@ def test_a_long_upstream_transaction_is_replayed(journals: Any, tmp_path: Path) 
     check_outcome(journals, kind, spec)
 
 
+def test_a_source_that_ends_before_the_checkpoint_is_waited_for(
+        journals: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A source journal that says it ends before the checkpoint's offset (as
+    a Gazette broker that has not caught up after a failover says) does not
+    stop the shard: it warns, waits, and reads on from the checkpoint's
+    offset once the journal reaches it."""
+    kind = store_kind("json", tmp_path)
+    spec = ShardSpec("count", sources=SOURCES)
+    make_input(journals, SOURCES, 100, seed=8, messy=False)
+    with Runner(journals, CountingApp(kind, {"count": OUTPUTS}), [spec]) as runner:
+        runner.run_until_idle(timeout=60)
+    _, total = committed_state(kind, Shard(spec, journals))
+    end = journals.head("in/part-0")
+    journals.delete("in/part-0")
+    journals.create("in/part-0", NDJSON)
+    app = CountingApp(kind, {"count": OUTPUTS})
+    with caplog.at_level("WARNING", logger="consumer"), Runner(journals, app, [spec]) as runner:
+        runner.run_until_idle(timeout=60)
+        assert any(f"source in/part-0 ends at 0, before offset {end}" in r.getMessage()
+                   for r in caplog.records)
+        # The journal grows past the checkpoint: what follows it is read
+        # (the bytes before it never are).
+        journals.append("in/part-0", b"?" * (end - 1) + b"\n").result()
+        publisher = Publisher(journals)
+        mapping = modulo_mapping(lambda d: d["k"], lambda: [journals.get("in/part-0")])
+        for n in range(1, 21):
+            publisher.publish_committed(mapping, JsonDocument(k=f"late{n % 3}", n=n))
+        journals.flush()
+        runner.run_until_idle(timeout=60)
+    counts_after, total_after = committed_state(kind, Shard(spec, journals))
+    assert total_after == total + sum(range(1, 21))
+    assert {k: counts_after[k] for k in ("late0", "late1", "late2")} == {
+        "late0": 6, "late1": 7, "late2": 7}
+
+
 def test_a_missing_source_journal_is_raised(journals: Any, tmp_path: Path) -> None:
     """A source that does not exist stops the shard with JournalNotFoundError."""
     spec = ShardSpec("count", sources=["in/nope"])
