@@ -2,7 +2,7 @@
 
 One thread runs a shard (``ShardLoop``). It restores the store's
 checkpoint, appends the checkpoint's ACK intents again, opens its sources
-(``_sources``: each read committed over a Sequencer of its own, which drops
+(``message.CommittedSource``: each read committed over a Sequencer of its own, which drops
 duplicates, holds transactions until their ACK and replays what its ring
 no longer holds), and then runs transactions, as Gazette's consumer does
 (``consumer/transaction.go``):
@@ -35,11 +35,18 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Final
 
 from journal import JournalNotFoundError, TrackingClient
-from message import Checkpoint, Envelope, Flags, ProducerState, Publisher, get_flags
+from message import (
+    Checkpoint,
+    CommittedSource,
+    Envelope,
+    Flags,
+    ProducerState,
+    Publisher,
+    get_flags,
+)
 
 from ._errors import ConsumerError, FencedError, StoreError
 from ._shard import Shard, ShardSpec
-from ._sources import GrowthWatch, Source
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -88,7 +95,7 @@ class ShardLoop:
         # Wakes the shard waiting for input: a source grew, one failed, stop.
         self._cond = threading.Condition()
         self._failure: tuple[str, BaseException] | None = None
-        self._sources: list[Source] = []
+        self._sources: list[CommittedSource] = []
         self._stop = False
         self._thread = threading.Thread(
             target=self._main, name=f"exactly shard {spec.id}", daemon=True
@@ -159,15 +166,11 @@ class ShardLoop:
         self._other_offsets = {j: o for j, o in cp.offsets.items() if j not in sources}
         self._other_states = [s for s in cp.states if s.journal not in sources]
         for journal in spec.sources:
-            watch = GrowthWatch(self._client, journal, self._wake, self._fail)
-            try:
-                self._sources.append(Source(
-                    self._client, journal, app.new_message, cp.offsets.get(journal, 0),
-                    [s for s in cp.states if s.journal == journal], watch,
-                ))
-            except BaseException:
-                watch.stop()
-                raise
+            self._sources.append(CommittedSource(
+                self._client, journal, app.new_message, offset=cp.offsets.get(journal, 0),
+                states=[s for s in cp.states if s.journal == journal],
+                notify=self._wake, fail=self._fail,
+            ))
         log.info(
             "shard %s serving %s from offsets %s (%d producers known, producer %s)",
             spec.id, ", ".join(spec.sources),
@@ -255,7 +258,7 @@ class ShardLoop:
             src = None
             for k in range(count):
                 candidate = sources[(turn + k) % count]
-                if candidate.it is None and candidate.watch.grown:
+                if candidate.grown:
                     candidate.reopen()  # the journal grew: read on
                 if candidate.it is not None:
                     src, turn = candidate, (turn + k + 1) % count
@@ -314,7 +317,7 @@ class ShardLoop:
         """Wait until a source grows or fails, the shard stops, or ``timeout``."""
         with self._cond:
             if (self._stop or self._failure is not None
-                    or any(s.watch.grown for s in self._sources)):
+                    or any(s.grown for s in self._sources)):
                 return
             self._cond.wait(timeout)
 

@@ -123,6 +123,8 @@ from ._mapping import rendezvous_mapping as rendezvous_mapping
 from ._publisher import AckIntent as AckIntent
 from ._reader import ReadCommittedIter as ReadCommittedIter
 from ._reader import ReadUncommittedIter as ReadUncommittedIter
+from ._selector import ReadCommittedSelectorIter as ReadCommittedSelectorIter
+from ._sources import CommittedSource as CommittedSource
 from ._transaction import IntentLog as IntentLog
 from ._transaction import IntentLogError as IntentLogError
 from ._transaction import JournalIntentLog as JournalIntentLog
@@ -165,7 +167,8 @@ __all__ = [
     # publishing
     "Publisher", "AckIntent", "Transaction", "IntentLog", "JournalIntentLog", "write_intents",
     # reading, sequencing and checkpoints
-    "ReadUncommittedIter", "ReadCommittedIter", "Sequencer", "Checkpoint",
+    "ReadUncommittedIter", "ReadCommittedIter", "ReadCommittedSelectorIter", "CommittedSource",
+    "Sequencer", "Checkpoint",
     # mapping
     "MappingFunc", "MappingKeyFunc", "PartitionsFunc", "modulo_mapping",
     "rendezvous_mapping", "random_mapping", "fnv1a_32", "mmh3_32",

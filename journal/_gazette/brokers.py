@@ -39,6 +39,8 @@ LOG: Final = logging.getLogger("journal")
 #: Brokers refuse messages over 4 MiB by default (--broker.max-grpc-recv-size).
 MAX_CHUNK: Final = 1 << 20
 _MAX_RECEIVE: Final = 64 << 20
+#: An endpoint that failed is tried after the others for this many seconds.
+_DOWN_FOR: Final = 5.0
 
 # gRPC codes after which a request is tried again (on another broker where
 # there is one): the broker is down, restarting, overloaded or shutting down.
@@ -357,14 +359,16 @@ class Brokers:
         """The endpoint to send a request about ``journal`` to: its primary
         if known and up; unless ``primary`` is required, then another broker
         of its route; else the known endpoint that failed longest ago.
-        Endpoints in ``avoid`` are taken last.
+        Endpoints in ``avoid`` are taken last: after the route's others, but
+        before brokers outside the route (which do not serve the journal).
 
         Reads go to the primary first too: after a broker failed, a broker
         newly added to a route indexes the journal's older content only once
         it is persisted and listed, while the primary has it all."""
         with self._lock:
             route = self._routes.get(journal) if journal is not None else None
-            down = self._down
+            since = time.monotonic() - _DOWN_FOR
+            down = {e: t for e, t in self._down.items() if t > since}
             candidates: list[str] = []
             if route is not None:
                 p = route.primary_endpoint
@@ -374,6 +378,9 @@ class Brokers:
                     candidates += [e for e in route.endpoints if e != p]
             for endpoint in candidates:
                 if endpoint not in down and endpoint not in avoid:
+                    return endpoint
+            for endpoint in candidates:
+                if endpoint not in down:
                     return endpoint
             known = list(self._known)
             for endpoint in known:

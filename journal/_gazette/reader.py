@@ -109,6 +109,8 @@ class GazetteReader(io.RawIOBase):
         self._failures = 0  # Attempts in a row that failed.
         # Brokers that lack content this reader needs (see _status).
         self._avoid: frozenset[str] = frozenset()
+        # The broker the next attempt goes to, chosen by _status (the primary).
+        self._ask: str | None = None
         self._retrying_since: float | None = None  # when attempts began to fail
 
     # The JournalReader protocol ------------------------------------------------
@@ -248,6 +250,8 @@ class GazetteReader(io.RawIOBase):
             return self._status(resp)
         self._failures = 0
         self._retrying_since = None
+        if self._avoid:
+            self._avoid = frozenset()  # a broker served the read: start afresh next time
         self._brokers.mark_up(self._endpoint)
         if resp.offset > self._offset:
             if self._offset >= 0:
@@ -278,7 +282,8 @@ class GazetteReader(io.RawIOBase):
             do_not_proxy=direct,
             end_offset=self._end_offset or 0,
         )
-        endpoint = self._brokers.pick(self._journal, primary=False, avoid=self._avoid)
+        endpoint = self._ask or self._brokers.pick(self._journal, primary=False, avoid=self._avoid)
+        self._ask = None
         self._endpoint = endpoint
         with self._lock:
             if self._closing:
@@ -332,10 +337,9 @@ class GazetteReader(io.RawIOBase):
             primary = self._brokers.primary_of(self._journal)
             if primary is not None and primary != self._endpoint:
                 # A replica's write head may lag the primary's (one just
-                # assigned to the journal after a failover): only the
-                # primary's says where the journal ends.
-                self._avoid = self._avoid | {self._endpoint}
-                self._retry(f"{self._endpoint}, a replica, ends at {resp.write_head}")
+                # assigned to the journal after a failover): ask the primary
+                # once, whose head says where the journal ends.
+                self._ask = primary
                 return True
             self._at_head = True
             self._avoid = frozenset()

@@ -382,9 +382,9 @@ def test_a_source_that_ends_before_the_checkpoint_is_waited_for(
     journals.delete("in/part-0")
     journals.create("in/part-0", NDJSON)
     app = CountingApp(kind, {"count": OUTPUTS})
-    with caplog.at_level("WARNING", logger="consumer"), Runner(journals, app, [spec]) as runner:
+    with caplog.at_level("WARNING", logger="message"), Runner(journals, app, [spec]) as runner:
         runner.run_until_idle(timeout=60)
-        assert any(f"source in/part-0 ends at 0, before offset {end}" in r.getMessage()
+        assert any(f"journal in/part-0 ends at 0, before offset {end}" in r.getMessage()
                    for r in caplog.records)
         # The journal grows past the checkpoint: what follows it is read
         # (the bytes before it never are).

@@ -378,6 +378,42 @@ def test_stream_read_limit_cuts_micro_batches(spark: Any, tmp_path: Path) -> Non
     assert all(p["numInputRows"] <= 3 + 5 for p in progress)
 
 
+def test_a_stream_over_a_selector_reads_journals_that_join_it(
+        spark: Any, tmp_path: Path) -> None:
+    """A journal created after the query started, matching its selector, is
+    read from its beginning at the next micro-batch; nothing is read twice."""
+    root, ckpt = tmp_path / "store", tmp_path / "ckpt"
+    store = LocalJournalStore(root)
+    for name in ("src/part-0", "src/part-1", "dst"):
+        store.create(name, NDJSON)
+    pub = Publisher(store)
+
+    def publish(journal: str, numbers: range) -> None:
+        for n in numbers:
+            pub.publish_committed(lambda d: (journal, "application/x-ndjson"), JsonDocument(n=n))
+        store.flush()
+
+    publish("src/part-0", range(0, 10))
+    publish("src/part-1", range(10, 20))
+    src = (spark.readStream.format("journal").option("root", str(root))
+           .option("selector", "prefix=src/").option("schema", "n long").load())
+    q = (src.where("flags != 2").select("n").writeStream.format("journal")
+         .option("root", str(root)).option("journal", "dst")
+         .option("checkpointLocation", str(ckpt)).trigger(processingTime="100 milliseconds")
+         .start())
+    try:
+        q.processAllAvailable()
+        assert sorted(d["n"] for d in committed_docs(root, "dst")) == list(range(20))
+        store.create("src/part-2", NDJSON)
+        publish("src/part-2", range(20, 30))
+        publish("src/part-0", range(30, 35))
+        q.processAllAvailable()
+    finally:
+        q.stop()
+        store.close()
+    assert sorted(d["n"] for d in committed_docs(root, "dst")) == list(range(35))
+
+
 def reader_stream(spark: Any, root: Path) -> Any:
     return (
         spark.readStream.format("journal").option("root", str(root)).option("journal", "src")

@@ -1,38 +1,49 @@
-"""A shard's sources: each journal read committed, in the shard's own thread.
+"""``CommittedSource``: one journal read committed in its caller's thread,
+and followed as it grows.
 
-Each source keeps one ``Sequencer`` for as long as the shard serves (its
-ring, and so its replays, are those of one long read), and reads through a
-non-blocking ``ReadCommittedIter`` over it: the native loop decodes and
-sequences without a Python call per envelope. When a source has delivered
-everything up to its journal's end, its iterator ends; a ``GrowthWatch``
-then holds a blocking read at that offset and tells the shard when the
-journal grows, and the source opens a new iterator from there, over the same
-Sequencer.
+A source keeps one ``Sequencer`` for as long as it is read (its ring, and so
+its replays, are those of one long read), and reads through a non-blocking
+``ReadCommittedIter`` over it: the native loop decodes and sequences without
+a Python call per envelope. When the iterator has delivered everything up to
+the journal's end, it ends; a ``GrowthWatch`` then holds a blocking read at
+that offset and tells when the journal grows, and the source opens a new
+iterator from there, over the same Sequencer.
 
-Reading in the shard's thread, rather than in one thread per source, keeps
-the interpreter's lock with the thread that has the work: measured, the
-reader threads cost a third of the throughput of a busy shard.
+Reading in the caller's thread, rather than in one thread per journal, keeps
+the interpreter's lock with the thread that has the work: measured with the
+consumer runtime, reader threads cost a third of a busy shard's throughput.
+The consumer's shards and ``ReadCommittedSelectorIter`` read their journals
+this way.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from journal import OffsetNotYetAvailableError
-from message import Checkpoint, ProducerState, ReadCommittedIter, Sequencer
+from journal import JournalError, OffsetNotYetAvailableError
 
-from ._errors import ConsumerError
+from ._checkpoint import Checkpoint
+from ._reader import ReadCommittedIter
 
 if TYPE_CHECKING:
     import datetime
 
     from journal import JournalClient, JournalReader
-    from message import NewMessageFunc
 
-log = logging.getLogger("consumer")
+    from ._envelope import ProducerState
+    from ._interfaces import NewMessageFunc
+    from ._sequencer import Sequencer
+else:
+    from ._core import Sequencer
+
+log = logging.getLogger("message")
+
+
+def _nothing() -> None:
+    pass
 
 
 class GrowthWatch:
@@ -98,7 +109,7 @@ class GrowthWatch:
                 return
             if not data:
                 # A following read ends only when its reader or client is closed.
-                self._fail(self.journal, ConsumerError(
+                self._fail(self.journal, JournalError(
                     f"reading {self.journal} ended: was the journal client closed?"))
                 return
             self.grown = True
@@ -116,11 +127,20 @@ class GrowthWatch:
             self._thread.join()
 
 
-class Source:
-    """One source journal of a shard, read committed from a checkpoint.
+class CommittedSource:
+    """One journal read committed from ``offset`` with producer ``states``,
+    in the caller's thread: a non-blocking ``ReadCommittedIter`` over one
+    Sequencer kept for as long as the source is read.
 
     ``it`` is the open iterator, or None once it has read everything up to
-    the journal's end (``end``), until ``reopen``.
+    the journal's end (``end``, after ``ended()``). With ``follow``, a thread
+    then waits for the journal to grow: ``grown`` says it did, and
+    ``reopen()`` reads on; ``notify()`` is called when it grows,
+    ``fail(journal, error)`` if waiting fails (without ``fail``, ``reopen()``
+    raises the error). Without ``follow``, a source
+    that ended stays ended. ``checkpoint()`` is valid between any two of
+    its envelopes. The building block of the consumer runtime's shards and
+    of ``ReadCommittedSelectorIter``.
     """
 
     def __init__(
@@ -128,18 +148,39 @@ class Source:
         client: JournalClient,
         journal: str,
         new_message: NewMessageFunc,
-        offset: int,
-        states: list[ProducerState],
-        watch: GrowthWatch,
+        *,
+        offset: int = 0,
+        states: Iterable[ProducerState] = (),
+        follow: bool = True,
+        notify: Callable[[], None] | None = None,
+        fail: Callable[[str, BaseException], None] | None = None,
     ) -> None:
         self.journal = journal
-        self.watch = watch
+        self._error: BaseException | None = None  # the watch's, without ``fail``
+        self.watch: GrowthWatch | None = (
+            GrowthWatch(client, journal, notify or _nothing, fail or self._watch_failed)
+            if follow else None
+        )
         self._client = client
         self._new_message = new_message
-        self.sequencer: Sequencer = Sequencer(states)
+        self.sequencer: Sequencer = Sequencer(list(states))
         self.end = offset
         self.it: ReadCommittedIter | None = None
-        self.reopen()
+        try:
+            self.reopen()
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def grown(self) -> bool:
+        """The source ended, and its journal has grown since (or, without
+        ``fail``, waiting failed: ``reopen()`` raises the error)."""
+        return self.it is None and self.watch is not None and (
+            self.watch.grown or self._error is not None)
+
+    def _watch_failed(self, journal: str, error: BaseException) -> None:
+        self._error = error
 
     def reopen(self) -> None:
         """Read on from ``end``, over the same Sequencer.
@@ -148,29 +189,34 @@ class Source:
         has not caught up with the journal after a failover says so until
         its replication pipeline is synchronised) is waited for, as a
         journal that has not grown: the watch's blocking read at ``end``
-        tells when it has."""
+        tells when it has. Without ``follow`` the error is raised."""
+        if self._error is not None:
+            raise self._error
         try:
             self.it = ReadCommittedIter(
                 self._client, self.journal, self._new_message, self.sequencer, offset=self.end
             )
         except OffsetNotYetAvailableError as exc:
+            if self.watch is None:
+                raise
             log.warning(
-                "source %s ends at %d, before offset %d where this shard reads on:"
+                "journal %s ends at %d, before offset %d where its reading resumes:"
                 " waiting until it reaches it", self.journal, exc.head, self.end)
             self.it = None
             self.watch.arm(self.end)
 
     def ended(self) -> None:
-        """The iterator read everything there was: remember where, and watch
-        for more."""
+        """The iterator read everything there was: remember where, and
+        watch for more (with ``follow``)."""
         it = self.it
         assert it is not None
         self.end = it.checkpoint().offsets[self.journal]
         it.close()
         self.it = None
-        self.watch.arm(self.end)
+        if self.watch is not None:
+            self.watch.arm(self.end)
 
-    def checkpoint(self, prune_horizon: float | datetime.timedelta) -> Checkpoint:
+    def checkpoint(self, prune_horizon: float | datetime.timedelta = 0) -> Checkpoint:
         """Where to resume this source (valid between any two of its envelopes)."""
         if self.it is not None:
             return self.it.checkpoint(prune_horizon)
@@ -178,7 +224,8 @@ class Source:
                           self.sequencer.producer_states(prune_horizon))
 
     def close(self) -> None:
-        self.watch.stop()
+        if self.watch is not None:
+            self.watch.stop()
         if self.it is not None:
             self.it.close()
             self.it = None
