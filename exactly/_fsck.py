@@ -9,7 +9,9 @@ Two kinds of checks, each problem one line (journal, file, offsets, reason):
   record (``LocalJournalStore.check``), which ``--repair`` makes readable and
   writable again, moving damaged pieces to quarantine files.
 
-The exit status says whether anything was found: 0 nothing, 1 problems.
+The exit status says whether anything is wrong: 0 nothing, 1 problems; with
+``--repair``, 0 once everything found was repaired, 1 if anything is left
+(the last line says which).
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ def add_parser(sub: Any, common: Sequence[argparse.ArgumentParser]) -> argparse.
         help="check journals (every fragment, commit record and frame); --repair a local store",
         description="Check every fragment and commit record of the store's journals, and"
         " that each journal reads end to end with decodable frames. One line per"
-        " problem; exit status 1 if any was found.",
+        " problem; exit status 1 if any was found (with --repair: if any is left"
+        " unrepaired).",
     )
     p.add_argument("journals", nargs="*", metavar="JOURNAL", help="only these (default: all)")
     p.add_argument(
@@ -89,11 +92,14 @@ def cmd_fsck(args: argparse.Namespace, client: JournalClient, out: Any = None) -
                 shown = ", ".join(os.path.basename(p) for p in pieces)
                 print(f"journal {name}: in quarantine (kept, not readable): {shown}", file=out)
     what = f"{found} problem{'s' if found != 1 else ''} found"
-    if found and args.repair:
-        what += f", {repaired} repaired"
+    left = found
+    if found and args.repair and local:
+        left = found - repaired
+        what += f", {repaired} repaired, " + (
+            f"{left} left unrepaired" if left else "nothing left to repair")
     checked = f"{len(names)} journal{'s' if len(names) != 1 else ''}"
     print(f"checked {checked}: {what if found else 'no problem found'}", file=out)
-    return 1 if found else 0
+    return 1 if left else 0
 
 
 def _with_files(

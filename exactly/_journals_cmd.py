@@ -52,16 +52,16 @@ def cmd_journals_create(args: argparse.Namespace) -> int:
 
 def _content_type(text: str) -> str:
     """The content type that ``--content-type`` names (a short name or a full
-    type), refused unless a framing knows it: journals of another type could
-    be created, but neither appended to nor read."""
-    from framing import framing_by_content_type, registered_content_types
+    type), refused as ``create`` refuses it (``journal.check_content_type``)."""
+    from framing import registered_content_types
+    from journal import InvalidLabelError, check_content_type
 
     if not text.strip():
         raise UsageError("--content-type cannot be empty (ndjson, csv, proto, or a full type)")
     ct = CONTENT_TYPES.get(text, text)
     try:
-        framing_by_content_type(ct)
-    except ValueError:
+        check_content_type(ct)
+    except InvalidLabelError:
         short = {v: k for k, v in reversed(CONTENT_TYPES.items())}
         known = ", ".join(
             f"{short[c]} ({c})" if c in short else c for c in registered_content_types()

@@ -60,6 +60,7 @@ from ._offsets import read_all as read_all
 from ._spec import CONTENT_TYPE_LABEL as CONTENT_TYPE_LABEL
 from ._spec import AppendResult as AppendResult
 from ._spec import JournalSpec as JournalSpec
+from ._spec import check_content_type as check_content_type
 from ._spec import validate_journal_name as validate_journal_name
 from ._tracking import PendingAppends as PendingAppends
 from ._tracking import TrackingClient as TrackingClient
@@ -99,6 +100,7 @@ __all__ = [
     "LabelSelector",
     "parse_label_selector",
     "validate_journal_name",
+    "check_content_type",
     "AppendResult",
     # Durable small files (as the store writes its own)
     "write_durably",

@@ -44,6 +44,7 @@ from ._errors import (
 )
 from ._files import (
     JournalDir,
+    Quarantined,
     fragment_sha1,
     fsync_dir,
     locked,
@@ -66,6 +67,7 @@ from ._fragment import (
     TEMP_PREFIX,
     CommitRecord,
     Fragment,
+    open_name,
     pack_slot,
     parse_open_name,
     parse_sealed_name,
@@ -363,11 +365,16 @@ class LocalJournalStore:
         return None  # Trimmed already by someone else.
 
     def verify(self, name: str) -> builtins.list[Fragment]:
-        """Check every sealed fragment's size and SHA-1 against its name, and
-        that the open fragment holds its committed bytes. Raises
-        ``CorruptJournalError`` naming the first bad file; returns the fragments."""
+        """Check that fragments hold every committed offset from the first
+        kept one on (none missing from the middle, the open fragment there
+        while it holds committed bytes: pieces moved to quarantine by a
+        repair count as held), every sealed fragment's size and SHA-1
+        against its name, and that the open fragment holds its committed
+        bytes. Raises ``CorruptJournalError`` naming the first bad file (and
+        the offsets missing), as a reader meets it; returns the fragments.
+        ``exactly fsck`` checks all this and more (``check``)."""
         jd = self._dir(name)
-        frags = self.fragments(name)
+        frags = self._held(jd, name)
         for f in frags:
             try:
                 fd = os.open(f.path, os.O_RDONLY)
@@ -383,6 +390,30 @@ class LocalJournalStore:
             finally:
                 os.close(fd)
         return frags
+
+    def _held(self, jd: JournalDir, name: str) -> builtins.list[Fragment]:
+        """The journal's fragments, once sure that they hold every committed
+        offset from the first one on: a hole seen twice (a seal or a trim
+        may race one listing) raises ``CorruptJournalError``."""
+        missing = None
+        for _ in range(2):
+            frags = self.fragments(name)
+            fd = open_commit(jd)
+            try:
+                rec = read_record(jd, fd)
+            finally:
+                os.close(fd)
+            missing = _first_hole(frags, scan(jd).quarantined, rec.begin, rec.end)
+            if missing is None:
+                return frags
+        assert missing is not None
+        begin, end = missing
+        if begin >= rec.begin:
+            raise jd.corrupt(open_name(rec.begin), f"the open fragment is missing, yet"
+                             f" [{rec.begin}, {rec.end}) is committed", begin, end)
+        raise jd.corrupt(f"{begin:016x}-{end:016x}", f"no fragment holds offsets [{begin},"
+                         f" {end}), but earlier ones are kept (a fragment file is missing)",
+                         begin, end)
 
     def check(self, name: str, *, repair: bool = False) -> builtins.list[JournalProblem]:
         """Check every file of journal ``name``: the commit record, each sealed
@@ -632,3 +663,19 @@ def _after_fork_in_child() -> None:
 atexit.register(_close_all_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _first_hole(
+    frags: builtins.list[Fragment], quarantined: builtins.list[Quarantined],
+    open_begin: int, committed_end: int,
+) -> tuple[int, int] | None:
+    """The first offsets ``[begin, end)`` below ``committed_end`` that no
+    fragment nor quarantine file holds, from the first fragment (or the open
+    fragment's begin) on; None if there is none."""
+    pieces = sorted([(f.begin, f.end) for f in frags] + [(q.begin, q.end) for q in quarantined])
+    at = min(pieces[0][0], open_begin) if pieces else open_begin
+    for begin, end in pieces:
+        if begin > at:
+            return (at, min(begin, committed_end)) if at < committed_end else None
+        at = max(at, end)
+    return (at, committed_end) if at < committed_end else None

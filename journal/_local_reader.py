@@ -90,6 +90,7 @@ class LocalJournalReader(ReaderBase):
     def _fill(self, buf: memoryview) -> int:
         off = self._offset
         hole = -1  # An offset found in no fragment although one before it is kept.
+        gone = -1  # The begin of an open fragment whose file was missing.
         for _ in range(_MAX_ATTEMPTS):
             if self._fd is not None and self._fbegin <= off < self._flimit:
                 return self._pread(buf[: self._flimit - off], off - self._fbegin)
@@ -110,7 +111,20 @@ class LocalJournalReader(ReaderBase):
                     self._open(open_fragment_path(self._jd, rec), rec.begin, rec.end, False)
                     continue
                 except FileNotFoundError:
-                    pass  # Sealed meanwhile (or about to be recorded as sealed).
+                    # Sealed meanwhile (read below), or about to be recorded
+                    # as sealed; if a second look finds the same record and
+                    # still no sealed fragment, the file is gone.
+                    if self._find_sealed(off) is None:
+                        if gone == rec.begin:
+                            raise self._jd.corrupt(
+                                open_name(rec.begin),
+                                f"the open fragment is missing, yet [{rec.begin}, {rec.end})"
+                                " is committed",
+                                off,
+                                rec.end,
+                            ) from None
+                        gone = rec.begin
+                        continue
             frag = self._find_sealed(off)
             if frag is None:
                 frag_after = self._next_sealed(off)

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
-from ._errors import InvalidJournalNameError
+from ._errors import InvalidJournalNameError, InvalidLabelError
 from ._labels import LabelSet, LabelsInit, validate_journal_labels
 
 #: Gazette's maximum journal name length, in bytes of UTF-8.
@@ -82,6 +82,29 @@ class JournalSpec:
 
     def validate(self) -> None:
         """Raise ``InvalidJournalNameError`` / ``InvalidLabelError`` if the
-        name or the labels break Gazette's rules."""
+        name or the labels break Gazette's rules, or if the ``content-type``
+        is one no framing reads (``check_content_type``). Every store's
+        ``create`` validates the spec it is given."""
         validate_journal_name(self.name)
         validate_journal_labels(self.labels)
+        ct = self.content_type
+        if ct is not None:
+            check_content_type(ct)
+
+
+def check_content_type(content_type: str) -> None:
+    """Raise ``InvalidLabelError`` unless a framing is registered for
+    ``content_type`` (``framing.registered_content_types()``): a journal of
+    another type could be created, but no message could be appended to it
+    or read from it. A journal of raw bytes has no ``content-type`` label.
+    The one rule of what ``create`` accepts, for the library and the
+    command line alike."""
+    from framing import registered_content_types
+
+    known = registered_content_types()
+    if content_type not in known:
+        raise InvalidLabelError(
+            CONTENT_TYPE_LABEL,
+            f"no framing reads {content_type!r} (registered: {', '.join(known)};"
+            " a journal of raw bytes has no content-type label)",
+        )

@@ -32,6 +32,7 @@ from typing import Final
 from ._errors import (
     AppendTooLargeError,
     InvalidJournalNameError,
+    InvalidLabelError,
     JournalClosedError,
     JournalError,
     JournalExistsError,
@@ -119,6 +120,11 @@ def check_create_conflicts_and_bad_names(factory: StoreFactory) -> None:
                 store.create(bad, _NDJSON)
             with _raises(ValueError, f"create({bad!r}) as ValueError"):
                 store.create(bad, _NDJSON)
+        for ct in ("../../x", "application/json", "TEXT/CSV"):
+            with _raises(InvalidLabelError, f"create with content-type {ct!r}"):
+                store.create(f"examples/ct-{len(ct)}", {"content-type": ct})
+        store.create("examples/raw", {"kind": "bytes"})  # no content-type: raw bytes
+        store.delete("examples/raw")
         _eq([s.name for s in store.list()], ["examples/b"], "nothing created by bad calls")
         with _raises(JournalNotFoundError, "get of an unknown journal"):
             store.get("examples/none")

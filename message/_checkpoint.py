@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from google.protobuf.message import DecodeError
@@ -34,6 +34,33 @@ def _varint(n: int) -> bytes:
 
 def _state_key(s: ProducerState) -> tuple[str, bytes]:
     return (s.journal, s.producer)
+
+
+_INT64_MAX: Final = (1 << 63) - 1
+_UINT64_MAX: Final = (1 << 64) - 1
+
+
+def _number(value: Any, what: str, low: int, high: int) -> int:
+    """``value`` if it is an integer (not a bool, not a float) in
+    ``[low, high]``, else ``CheckpointError`` naming ``what``."""
+    if type(value) is not int or not low <= value <= high:
+        raise CheckpointError(f"{what} must be an integer from {low} to {high}, not {value!r}")
+    return value
+
+
+def _checked(offsets: dict[str, int], states: list[ProducerState]) -> None:
+    """The rules of the checkpoint's numbers, whatever it was decoded from:
+    offsets are non-negative int64; a producer's ``last_ack`` a uint64 (a
+    Clock), its ``begin`` an int64 offset or -1 (no open transaction); a
+    producer ID is 6 bytes."""
+    for journal, offset in offsets.items():
+        _number(offset, f"the offset of {journal}", 0, _INT64_MAX)
+    for st in states:
+        where = f"producer {st.producer.hex()} of {st.journal}"
+        if len(st.producer) != 6:
+            raise CheckpointError(f"the ID of {where} must be 6 bytes, not {len(st.producer)}")
+        _number(st.last_ack, f"last_ack of {where}", 0, _UINT64_MAX)
+        _number(st.begin, f"begin of {where}", -1, _INT64_MAX)
 
 
 @dataclass(eq=False)
@@ -64,7 +91,9 @@ class Checkpoint:
     # -- protobuf -------------------------------------------------------------
 
     def to_proto(self) -> checkpoint_pb2.Checkpoint:
-        """The checkpoint as its protobuf message."""
+        """The checkpoint as its protobuf message (``CheckpointError`` for a
+        number out of its field's range)."""
+        _checked(self.offsets, self.states)
         pb = checkpoint_pb2.Checkpoint()
         for journal, offset in self.offsets.items():
             pb.sources[journal].read_through = offset
@@ -83,7 +112,9 @@ class Checkpoint:
         The bytes are those Gazette's Go encoder writes (which orders map
         entries at random): in particular an ACK intent that is empty is an
         entry with its key alone, where protobuf's Python encoder would also
-        write the empty value (``12 00``)."""
+        write the empty value (``12 00``). A producer state of a journal
+        that has no offset decodes with offset 0: protobuf keeps both in
+        the journal's ``Source``."""
         pb = self.to_proto()
         if not any(not intent for intent in self.ack_intents.values()):
             data: bytes = pb.SerializeToString(deterministic=True)
@@ -108,14 +139,11 @@ class Checkpoint:
         for journal in sorted(pb.sources):
             source = pb.sources[journal]
             offsets[journal] = source.read_through
-            for entry in source.producers:
-                if len(entry.id) != 6:
-                    raise CheckpointError(
-                        f"producer id of {journal} must be 6 bytes, not {len(entry.id)}"
-                    )
-                states.append(
-                    ProducerState(journal, bytes(entry.id), entry.state.last_ack, entry.state.begin)
-                )
+            states.extend(
+                ProducerState(journal, bytes(e.id), e.state.last_ack, e.state.begin)
+                for e in source.producers
+            )
+        _checked(offsets, states)
         intents = {j: bytes(pb.ack_intents[j]) for j in sorted(pb.ack_intents)}
         return cls(offsets, states, intents)
 
@@ -155,22 +183,42 @@ class Checkpoint:
 
     @classmethod
     def from_dict(cls, doc: Any) -> Checkpoint:
-        try:
-            offsets = {str(j): int(o) for j, o in doc.get("offsets", {}).items()}
-            states = []
-            for s in doc.get("states", []):
-                producer = bytes.fromhex(s["producer"])
-                if len(producer) != 6:
-                    raise ValueError(f"producer {s['producer']} is not 6 bytes")
-                states.append(
-                    ProducerState(str(s["journal"]), producer, int(s["last_ack"]), int(s["begin"]))
-                )
-            intents = {
-                str(j): base64.b64decode(b, validate=True)
-                for j, b in doc.get("ack_intents", {}).items()
-            }
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise CheckpointError(f"not a JSON checkpoint: {exc!r}") from exc
+        """Decode :meth:`to_dict` output. Every field is checked: a wrong
+        type, a number out of its range (or not an integer) raises
+        ``CheckpointError`` naming it."""
+        if not isinstance(doc, dict):
+            raise CheckpointError(f"a JSON checkpoint is an object, not {type(doc).__name__}")
+        offsets: dict[str, int] = {}
+        for j, o in _object(doc, "offsets").items():
+            offsets[j] = _number(o, f"the offset of {j}", 0, _INT64_MAX)
+        states = []
+        raw_states = doc.get("states", [])
+        if not isinstance(raw_states, list):
+            raise CheckpointError(f"states must be a list, not {type(raw_states).__name__}")
+        for i, st in enumerate(raw_states):
+            if not isinstance(st, dict):
+                raise CheckpointError(f"states[{i}] must be an object")
+            journal, producer = st.get("journal"), st.get("producer")
+            if not isinstance(journal, str) or not journal:
+                raise CheckpointError(f"states[{i}].journal must be a journal name")
+            try:
+                pid = bytes.fromhex(producer) if isinstance(producer, str) else b""
+            except ValueError:
+                pid = b""
+            if len(pid) != 6:
+                raise CheckpointError(
+                    f"states[{i}].producer must be 6 bytes in hex, not {producer!r}")
+            states.append(ProducerState(
+                journal, pid,
+                _number(st.get("last_ack"), f"states[{i}].last_ack", 0, _UINT64_MAX),
+                _number(st.get("begin"), f"states[{i}].begin", -1, _INT64_MAX),
+            ))
+        intents: dict[str, bytes] = {}
+        for j, b in _object(doc, "ack_intents").items():
+            try:
+                intents[j] = base64.b64decode(b, validate=True)
+            except (TypeError, ValueError) as exc:
+                raise CheckpointError(f"the ACK intent of {j} is not base64: {exc}") from exc
         return cls(offsets, states, intents)
 
     @classmethod
@@ -181,3 +229,14 @@ class Checkpoint:
         except orjson.JSONDecodeError as exc:
             raise CheckpointError(f"not JSON: {exc}") from exc
         return cls.from_dict(doc)
+
+
+def _object(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    """``doc[name]``: an object whose keys are journal names ({} if absent)."""
+    value = doc.get(name, {})
+    if not isinstance(value, dict):
+        raise CheckpointError(f"{name} must be an object, not {type(value).__name__}")
+    for key in value:
+        if not key:
+            raise CheckpointError(f"{name} has an empty journal name")
+    return value

@@ -171,7 +171,7 @@ class Soak:
         from journal import LocalJournalStore
 
         with LocalJournalStore(self.root) as store:
-            store.create(CRASH_JOURNAL, {"content-type": "application/octet-stream"})
+            store.create(CRASH_JOURNAL, {"kind": "bytes"})  # raw bytes
             store.create(EVENTS, {"content-type": "application/x-ndjson"})
         self.survivor = crash._Survivor(self.root)
 

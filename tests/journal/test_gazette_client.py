@@ -178,7 +178,7 @@ def test_bytes_written_by_gazctl_are_read_and_the_reverse(
 ) -> None:
     """gazctl's appends read back byte for byte, and ours through gazctl."""
     name = gazette_prefix + "bytes"
-    client.create(name, {"content-type": "application/octet-stream"})
+    client.create(name, {"kind": "bytes"})  # raw bytes: no content-type
     blob = bytes(range(256)) * 300 + b"tail"
     gazette_cluster.gazctl("journals", "append", "-l", f"name={name}", input=blob)
     with client.read(name) as r:

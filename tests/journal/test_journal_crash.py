@@ -115,7 +115,7 @@ def _verify(root: Path, acknowledged: list[tuple[int, int, int, int]]) -> dict[i
 
 def _setup(root: Path) -> None:
     with LocalJournalStore(root) as store:
-        store.create(JOURNAL, {"content-type": "application/octet-stream"})
+        store.create(JOURNAL, {"kind": "bytes"})  # raw bytes: no content-type
 
 
 @pytest.mark.slow

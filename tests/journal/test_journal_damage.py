@@ -377,3 +377,61 @@ def test_per_frame_framings_skip_damage_and_retention_with_true_offsets(tmp_path
         got = [(e.begin, e.message["n"]) for e in ReadUncommittedIter(s, "pf", _new,
                                                                       skip_corrupt=True)]
         assert got == [(r.begin, n) for n, r in enumerate(ends) if r.begin >= damaged.end]
+
+
+# -- missing fragments: readers, verify() and fsck agree ----------------------------------
+
+
+@pytest.mark.usefixtures("read_loops")
+def test_a_deleted_open_fragment_with_committed_bytes_is_named(tmp_path: Path) -> None:
+    """The open fragment deleted by hand while it holds committed bytes:
+    readers raise CorruptJournalError naming it and its offsets (with
+    skip_corrupt, skip them), verify() raises the same, fsck finds it."""
+    root = tmp_path / "root"
+    _publish_many(root, 40)
+    with LocalJournalStore(root) as s:
+        frags = s.fragments(J)
+    (open_frag,) = [f for f in frags if not f.sealed]
+    os.unlink(open_frag.path)
+    with LocalJournalStore(root) as s:
+        for skip in (False, True):
+            got: list[Envelope] = []
+            it = ReadUncommittedIter(s, J, _new, skip_corrupt=skip)
+            if skip:
+                got.extend(it)
+                assert it.skipped_ranges == [(open_frag.begin, open_frag.end)]
+            else:
+                with pytest.raises(CorruptJournalError) as info:
+                    got.extend(it)
+                assert info.value.path == open_frag.path
+                assert (info.value.offset, info.value.end_offset) == (open_frag.begin,
+                                                                      open_frag.end)
+            it.close()
+            assert got[-1].end == open_frag.begin  # everything before it
+        with pytest.raises(CorruptJournalError) as info:
+            s.verify(J)
+        assert info.value.path == open_frag.path and "open fragment is missing" in str(info.value)
+        (problem,) = s.check(J)
+        assert problem.path == open_frag.path
+
+
+def test_verify_finds_a_sealed_fragment_deleted_from_the_middle(tmp_path: Path) -> None:
+    """A sealed fragment between kept ones removed by hand: verify() raises
+    with its offsets, as readers and fsck do; once repaired (the loss
+    recorded in quarantine) verify() passes."""
+    root = tmp_path / "root"
+    _publish_many(root, 40)
+    victim = _sealed(root)[3]
+    begin, end = _range(victim)
+    os.unlink(victim)
+    with LocalJournalStore(root) as s:
+        with pytest.raises(CorruptJournalError) as info:
+            s.verify(J)
+        assert (info.value.offset, info.value.end_offset) == (begin, end)
+        with pytest.raises(CorruptJournalError) as read_info:
+            list(ReadUncommittedIter(s, J, _new))
+        assert (read_info.value.offset, read_info.value.end_offset) == (begin, end)
+        assert [(p.offset, p.end_offset) for p in s.check(J)] == [(begin, end)]
+        s.check(J, repair=True)
+        assert s.verify(J)
+        assert s.check(J) == []

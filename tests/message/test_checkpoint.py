@@ -9,6 +9,7 @@ what ``to_bytes`` writes is checked independently of the generated code.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -321,3 +322,127 @@ def test_an_empty_ack_intent_is_encoded_as_gazette_does() -> None:
     # The same bytes as the generated code's deterministic encoding otherwise.
     plain = Checkpoint(offsets={"a/journal": 1}, states=[], ack_intents={"a": b"\n"})
     assert plain.to_bytes() == plain.to_proto().SerializeToString(deterministic=True)
+
+
+AUDIT = ('{"ack_intents":{},"offsets":{"a/j":true},"states":[{"begin":77,"journal":"a/j",'
+         '"last_ack":22423971003270158897,"producer":"010203040506"}]}')
+
+
+def _state(**fields: Any) -> str:
+    doc = {"journal": "a/j", "producer": "010203040506", "last_ack": 1, "begin": -1}
+    doc.update(fields)
+    return json.dumps({"offsets": {"a/j": 5}, "states": [doc]})
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    (AUDIT, "offset of a/j"),
+    ('{"offsets": {"a/j": true}}', "offset of a/j"),
+    ('{"offsets": {"a/j": 1.5}}', "offset of a/j"),
+    ('{"offsets": {"a/j": -1}}', "offset of a/j"),
+    ('{"offsets": {"a/j": 9223372036854775808}}', "offset of a/j"),
+    ('{"offsets": {"a/j": "7"}}', "offset of a/j"),
+    ('{"offsets": {"": 7}}', "empty journal name"),
+    (_state(last_ack=-1), "last_ack"),
+    (_state(last_ack=2**64), "last_ack"),
+    (_state(last_ack=22423971003270158897), "last_ack"),  # a float, once decoded
+    (_state(last_ack=True), "last_ack"),
+    (_state(begin=-3), "begin"),
+    (_state(begin=1.5), "begin"),
+    (_state(begin=2**63), "begin"),
+    (_state(producer="0102"), "producer"),
+    (_state(producer="zz0203040506"), "producer"),
+    (_state(producer=7), "producer"),
+    (_state(journal=""), "journal"),
+    (_state(journal=3), "journal"),
+    ('{"states": {}}', "states"),
+    ('{"states": [3]}', "states[0]"),
+    ('{"ack_intents": {"a/j": "***"}}', "ACK intent of a/j"),
+    ('{"ack_intents": []}', "ack_intents"),
+])
+def test_malformed_json_checkpoints_fail_at_decode_naming_the_field(text: str, field: str) -> None:
+    """Every number is checked at decode: its type (an integer, not a bool
+    or a float) and its range, as the protobuf fields hold them."""
+    with pytest.raises(CheckpointError, match=re.escape(field)):
+        Checkpoint.from_json(text)
+
+
+def test_malformed_protobuf_checkpoints_fail_at_decode() -> None:
+    """The protobuf decoder holds a checkpoint to the same rules: a negative
+    offset, a begin below -1, a producer ID that is not 6 bytes."""
+    from message._proto import checkpoint_pb2
+
+    for mutate, field in [
+        (lambda pb: setattr(pb.sources["a/j"], "read_through", -5), "offset of a/j"),
+        (lambda pb: setattr(pb.sources["a/j"].producers[0].state, "begin", -3), "begin"),
+        (lambda pb: setattr(pb.sources["a/j"].producers[0], "id", b"\x01\x02"), "6 bytes"),
+    ]:
+        pb = checkpoint_pb2.Checkpoint()
+        entry = pb.sources["a/j"].producers.add()
+        entry.id, entry.state.last_ack, entry.state.begin = b"\x01" * 6, 7, -1
+        mutate(pb)
+        with pytest.raises(CheckpointError, match=field):
+            Checkpoint.from_bytes(pb.SerializeToString())
+
+
+def test_a_checkpoint_built_with_bad_numbers_fails_to_encode_clearly() -> None:
+    cp = Checkpoint({"a/j": 5}, [ProducerState("a/j", b"\x01" * 6, 2**64, -1)])
+    with pytest.raises(CheckpointError, match="last_ack"):
+        cp.to_bytes()
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                max_size=3),
+    max_leaves=8,
+)
+
+
+@st.composite
+def mangled_json_checkpoints(draw: st.DrawFn) -> str:
+    """A valid JSON checkpoint with one of its values replaced by anything."""
+    doc = json.loads(_state())
+    doc["ack_intents"] = {"b/j": "eyJhY2siOnRydWV9Cg=="}
+    paths = [("offsets", "a/j"), ("states", 0, "journal"), ("states", 0, "producer"),
+             ("states", 0, "last_ack"), ("states", 0, "begin"), ("ack_intents", "b/j"),
+             ("offsets",), ("states",), ("ack_intents",), ("states", 0)]
+    path = draw(st.sampled_from(paths))
+    target: Any = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = draw(json_values)
+    return json.dumps(doc)
+
+
+@settings(max_examples=400, deadline=None)
+@given(mangled_json_checkpoints())
+def test_fuzzed_json_checkpoints_decode_and_encode_or_raise_checkpoint_error(text: str) -> None:
+    """Whatever the JSON, decoding either gives a checkpoint that encodes
+    both ways and decodes back the same, or raises CheckpointError: never a
+    bare ValueError, TypeError or protobuf error."""
+    try:
+        cp = Checkpoint.from_json(text)
+    except CheckpointError:
+        return
+    assert Checkpoint.from_bytes(cp.to_bytes()) == with_source_offsets(cp)
+    assert Checkpoint.from_json(cp.to_json()) == cp
+
+
+def with_source_offsets(cp: Checkpoint) -> Checkpoint:
+    """``cp`` as protobuf keeps it: a producer state's journal is a Source,
+    whose offset is 0 where ``cp`` gives none."""
+    offsets = {s.journal: 0 for s in cp.states} | cp.offsets
+    return Checkpoint(offsets, cp.states, cp.ack_intents)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=80))
+def test_fuzzed_protobuf_checkpoints_decode_and_encode_or_raise_checkpoint_error(
+        data: bytes) -> None:
+    try:
+        cp = Checkpoint.from_bytes(data)
+    except CheckpointError:
+        return
+    assert Checkpoint.from_bytes(cp.to_bytes()) == cp
+    assert Checkpoint.from_json(cp.to_json()) == cp
