@@ -52,6 +52,7 @@ from ._files import (
     quarantine_copy,
     quarantine_file,
     read_spec,
+    read_start,
     recover,
     unused_name,
     write_all,
@@ -59,7 +60,7 @@ from ._files import (
 )
 from ._fragment import (
     COMMIT_FILE,
-    LOCK_FILE,
+    JOURNAL_FILES,
     QUARANTINE_PREFIX,
     RECORD_SIZE,
     SLOT_SIZE,
@@ -156,7 +157,7 @@ def _list(jd: JournalDir) -> _Listing:
             q = parse_quarantine_name(base)
             if q is not None and q[0] < q[1]:
                 out.quarantined.append(Quarantined(q[0], q[1], entry.path))
-        elif base in (SPEC_FILE, COMMIT_FILE, LOCK_FILE) or base.startswith(TEMP_PREFIX):
+        elif base in JOURNAL_FILES or base.startswith(TEMP_PREFIX):
             pass
         else:
             out.foreign.append(base)
@@ -491,14 +492,20 @@ class _Checker:
         return rec
 
     def gaps(self, listing: _Listing, rec: CommitRecord) -> None:
-        """Offsets after the first kept one that nothing holds (not even quarantine)."""
+        """Offsets that nothing holds (not even quarantine), from the journal's
+        recorded start on (without one, from the first kept fragment on)."""
         # Without repair, a damaged fragment (reported already) still holds its offsets.
         pieces = sorted((p.begin, p.end) for p in listing.sealed if p.good or not self.repair)
         if rec.end > rec.begin:
             pieces.append((rec.begin, rec.end))
-        if not pieces:
+        start = read_start(self.jd)
+        if start is not None:
+            pos = start
+        elif pieces:
+            pos = pieces[0][0]
+        else:
             return
-        pos = pieces[0][0]
+        first = pieces[0][0] if pieces else rec.begin
         for begin, end in [*pieces, (rec.begin, rec.begin)]:
             while begin > pos:
                 through = _through(listing.quarantined, pos)
@@ -512,7 +519,9 @@ class _Checker:
                 self.problem(
                     None,
                     "no fragment holds these offsets, but earlier ones are kept (a fragment"
-                    " file is missing)",
+                    " file is missing)" if pos >= first else
+                    f"no fragment holds these offsets, at or above the journal's recorded start"
+                    f" ({start}): a fragment file is missing, not removed by retention",
                     pos,
                     stop,
                     repair,

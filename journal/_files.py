@@ -31,10 +31,12 @@ from typing import Final
 from ._errors import CorruptJournalError, JournalNotFoundError
 from ._fragment import (
     COMMIT_FILE,
+    JOURNAL_FILES,
     LOCK_FILE,
     QUARANTINE_PREFIX,
     RECORD_SIZE,
     SPEC_FILE,
+    START_FILE,
     TEMP_PREFIX,
     CommitRecord,
     Fragment,
@@ -89,12 +91,37 @@ class JournalDir:
     def lock_path(self) -> str:
         return self.file(LOCK_FILE)
 
+    @property
+    def start_path(self) -> str:
+        return self.file(START_FILE)
+
     def corrupt(
         self, base: str, reason: str, offset: int | None = None, end_offset: int | None = None
     ) -> CorruptJournalError:
         return CorruptJournalError(
             self.name, self.file(base), reason, offset=offset, end_offset=end_offset
         )
+
+
+# The recorded start ----------------------------------------------------------
+
+
+def read_start(jd: JournalDir) -> int | None:
+    """The journal's recorded start (see ``START_FILE``); None when it has
+    none (made before starts were recorded) or it cannot be read (``fsck``
+    says so)."""
+    try:
+        with open(jd.start_path, "rb") as f:
+            raw = f.read(64)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    text = raw.decode("ascii", "replace").strip()
+    return int(text) if text.isdigit() else None
+
+
+def write_start(jd: JournalDir, offset: int) -> None:
+    """Record, durably, that retention removed everything below ``offset``."""
+    write_atomically(jd, START_FILE, b"%d\n" % offset)
 
 
 # Specs ---------------------------------------------------------------------
@@ -321,7 +348,7 @@ def scan(jd: JournalDir, *, strict: bool = True) -> Scan:
                 q = parse_quarantine_name(base)
                 if q is not None and q[0] < q[1]:
                     quarantined.append(Quarantined(q[0], q[1], entry.path))
-            elif base in (SPEC_FILE, COMMIT_FILE, LOCK_FILE) or base.startswith(TEMP_PREFIX):
+            elif base in JOURNAL_FILES or base.startswith(TEMP_PREFIX):
                 pass
             elif strict:
                 raise jd.corrupt(base, "unrecognised file in a journal directory")

@@ -36,6 +36,12 @@ OPEN_PREFIX: Final = "@open-"
 COMMIT_FILE: Final = "@commit"
 SPEC_FILE: Final = "@spec.json"
 LOCK_FILE: Final = "@lock"
+#: The journal's recorded start: the offset below which retention
+#: (``trim``) removed everything. A fragment missing at or above it is lost,
+#: not trimmed. Journals made before it existed have none.
+START_FILE: Final = "@start"
+#: The files of a journal directory besides its fragments.
+JOURNAL_FILES: Final = frozenset((SPEC_FILE, COMMIT_FILE, LOCK_FILE, START_FILE))
 TEMP_PREFIX: Final = "@tmp-"
 
 #: Damaged bytes are moved to files of this prefix, never deleted. A file

@@ -53,17 +53,20 @@ from ._files import (
     open_lock,
     read_record,
     read_spec,
+    read_start,
     recover,
     scan,
     seal,
     spec_bytes,
     unlock,
     write_atomically,
+    write_start,
 )
 from ._fragment import (
     COMMIT_FILE,
     LOCK_FILE,
     SPEC_FILE,
+    START_FILE,
     TEMP_PREFIX,
     CommitRecord,
     Fragment,
@@ -175,9 +178,10 @@ class LocalJournalStore:
                     parse_sealed_name(entry.name) is not None
                     or parse_open_name(entry.name) is not None
                     or entry.name.startswith(TEMP_PREFIX)
-                    or entry.name == COMMIT_FILE
+                    or entry.name in (COMMIT_FILE, START_FILE)
                 ):
                     os.unlink(entry.path)
+            write_start(jd, 0)
             write_atomically(jd, COMMIT_FILE, _initial_record())
             write_atomically(jd, SPEC_FILE, spec_bytes(spec))
             self._fsync_parents(jd)
@@ -319,17 +323,22 @@ class LocalJournalStore:
                 raise JournalNotFoundError(name)
             cutoff = time.time() - age if age is not None else None
             listing = scan(jd)
-            kept = listing.sealed
             removed = 0
             for f in listing.sealed:
                 if before_offset is not None and f.end > before_offset:
                     break
                 if cutoff is not None and f.mtime >= cutoff:
                     break
-                os.unlink(f.path)
                 removed += 1
-            kept = listing.sealed[removed:]
-            if removed:
+            gone, kept = listing.sealed[:removed], listing.sealed[removed:]
+            if gone:
+                # Recorded first: a fragment missing above the recorded start
+                # is a loss, and no reader may take one removed here for one.
+                start = read_start(jd)
+                if start is None or gone[-1].end > start:
+                    write_start(jd, gone[-1].end)
+                for f in gone:
+                    os.unlink(f.path)
                 fsync_dir(jd.path)
             if kept:
                 return kept[0].begin
@@ -403,11 +412,17 @@ class LocalJournalStore:
                 rec = read_record(jd, fd)
             finally:
                 os.close(fd)
-            missing = _first_hole(frags, scan(jd).quarantined, rec.begin, rec.end)
+            missing = _first_hole(frags, scan(jd).quarantined, read_start(jd), rec.begin,
+                                  rec.end)
             if missing is None:
                 return frags
         assert missing is not None
         begin, end = missing
+        start = read_start(jd)
+        if start is not None and not any(f.begin < begin for f in frags):
+            raise jd.corrupt(f"{begin:016x}-{end:016x}", f"no fragment holds offsets [{begin},"
+                             f" {end}), at or above the journal's recorded start ({start}): a"
+                             " fragment file is missing, not removed by retention", begin, end)
         if begin >= rec.begin:
             raise jd.corrupt(open_name(rec.begin), f"the open fragment is missing, yet"
                              f" [{rec.begin}, {rec.end}) is committed", begin, end)
@@ -667,13 +682,16 @@ if hasattr(os, "register_at_fork"):
 
 def _first_hole(
     frags: builtins.list[Fragment], quarantined: builtins.list[Quarantined],
-    open_begin: int, committed_end: int,
+    start: int | None, open_begin: int, committed_end: int,
 ) -> tuple[int, int] | None:
     """The first offsets ``[begin, end)`` below ``committed_end`` that no
-    fragment nor quarantine file holds, from the first fragment (or the open
-    fragment's begin) on; None if there is none."""
+    fragment nor quarantine file holds, from the recorded ``start`` on
+    (None: from the first fragment, or the open fragment's begin); None if
+    there is none."""
     pieces = sorted([(f.begin, f.end) for f in frags] + [(q.begin, q.end) for q in quarantined])
     at = min(pieces[0][0], open_begin) if pieces else open_begin
+    if start is not None:
+        at = start
     for begin, end in pieces:
         if begin > at:
             return (at, min(begin, committed_end)) if at < committed_end else None

@@ -24,6 +24,7 @@ from ._files import (
     open_fragment_path,
     quarantined_through,
     read_record,
+    read_start,
     scan,
 )
 from ._fragment import RECORD_SIZE, CommitRecord, Fragment, damaged_slot, open_name
@@ -153,6 +154,22 @@ class LocalJournalReader(ReaderBase):
                         )
                     hole = off
                     continue
+                # Nothing kept before: retention, up to the recorded start
+                # (read after the listing: trim records it before removing).
+                start = read_start(self._jd)
+                if start is not None and nxt > max(off, start):
+                    if off < start:
+                        warn_jump(self._journal, off, start)
+                        self._offset = start
+                        return JUMPED
+                    raise self._jd.corrupt(
+                        f"{off:016x}-{nxt:016x}",
+                        f"no fragment holds offsets [{off}, {nxt}), at or above the journal's"
+                        f" recorded start ({start}): a fragment file is missing, not removed"
+                        " by retention",
+                        off,
+                        nxt,
+                    )
                 warn_jump(self._journal, off, nxt)
                 self._offset = nxt
                 return JUMPED

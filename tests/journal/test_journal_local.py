@@ -323,11 +323,47 @@ def test_missing_middle_fragment_is_reported_not_skipped(
             r.read(1000)
         assert info.value.journal == "bad/j"
         assert not any("no longer available" in m for m in caplog.messages)
-        # Retention proper still jumps: with the first fragment trimmed too, the
-        # journal starts after the gap.
+        # Retention proper jumps over what it removed, and the gap above it
+        # is still a loss.
+        kept = s.trim("bad/j", before_offset=first_end)  # the first kept fragment's begin
+        assert kept > first_end
+        with s.read("bad/j") as r, pytest.raises(CorruptJournalError) as info:
+            r.read(1000)
+        assert info.value.offset == first_end and "recorded start" in str(info.value)
+        assert any("no longer available" in m for m in caplog.messages)
+
+
+def test_a_first_fragment_deleted_by_hand_is_a_loss_not_retention(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The journal records how far retention went (``@start``): the oldest
+    fragment removed by hand is reported as lost by readers, verify() and
+    fsck alike, while trim()'s removals are skipped with a warning; once
+    repaired (the loss recorded), readers skip it with a warning too."""
+    jdir = _sealed_store(tmp_path / "root")
+    frags = sorted(jdir.glob("*.raw"))
+    with LocalJournalStore(tmp_path / "root") as s:
+        bounds = [(f.begin, f.end) for f in s.fragments("bad/j")]
         frags[0].unlink()
-        with s.read("bad/j") as r:
-            assert r.read(10) and r.offset > first_end
+        with s.read("bad/j") as r, pytest.raises(CorruptJournalError) as info:
+            r.read(1000)
+        assert (info.value.offset, info.value.end_offset) == bounds[0]
+        with pytest.raises(CorruptJournalError, match="recorded start"):
+            s.verify("bad/j")
+        (problem,) = s.check("bad/j")
+        assert (problem.offset, problem.end_offset) == bounds[0]
+        assert "not removed by retention" in problem.reason
+        s.check("bad/j", repair=True)
+        assert s.check("bad/j") == [] and s.verify("bad/j")
+        with caplog.at_level(logging.WARNING, logger="journal"), s.read("bad/j") as r:
+            assert r.read(10) and r.offset > bounds[0][1]
+        # trim() records before it removes: what it removed is retention.
+        assert s.trim("bad/j", before_offset=bounds[1][1]) == bounds[2][0]
+        assert s.check("bad/j") == [] and s.verify("bad/j")
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="journal"), s.read("bad/j") as r:
+            assert r.read(10) and r.offset > bounds[1][1]
+        assert any("removed by retention" in m for m in caplog.messages)
 
 
 def test_store_opened_above_its_root_says_where_the_root_is(tmp_path: Path) -> None:
@@ -902,3 +938,22 @@ def test_append_router_and_method_append_the_same(tmp_path: Path) -> None:
     for call in (store.append, method):
         with pytest.raises(JournalClosedError):
             call("r", b"7\n")
+
+
+def test_a_journal_without_a_recorded_start_keeps_the_old_rule(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A journal made before starts were recorded (no ``@start``): nothing
+    kept below the first fragment is taken for retention, as before; its
+    first trim() records a start."""
+    jdir = _sealed_store(tmp_path / "root")
+    (jdir / "@start").unlink()
+    frags = sorted(jdir.glob("*.raw"))
+    with LocalJournalStore(tmp_path / "root") as s:
+        bounds = [(f.begin, f.end) for f in s.fragments("bad/j")]
+        frags[0].unlink()
+        with caplog.at_level(logging.WARNING, logger="journal"), s.read("bad/j") as r:
+            assert r.read(10) and r.offset > bounds[0][1]
+        assert s.check("bad/j") == [] and s.verify("bad/j")
+        s.trim("bad/j", before_offset=bounds[1][1])
+        assert (jdir / "@start").read_text() == f"{bounds[1][1]}\n"
