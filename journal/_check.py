@@ -13,7 +13,13 @@ stands for the offsets ``[begin, end)``, which readers then skip with a
 warning; the journal's offsets are never given out twice, so a consumer's
 checkpoint stays valid. In detail:
 
-* a sealed fragment whose SHA-1 does not match: moved to quarantine whole;
+* a sealed fragment whose SHA-1 or batch checksums (journal/_sums.py) do
+  not match: the batches that fail their checksum go to quarantine, every
+  other batch stays readable in new sealed fragments (the whole file is
+  kept as ``@quarantine-damaged-<name>``); without checksums to tell where
+  the damage is, the whole fragment goes to quarantine;
+* an open fragment with a batch that fails its checksum: sealed, then
+  repaired as a sealed fragment;
 * a sealed fragment cut short: what is left, up to its last whole frame,
   becomes a sealed fragment again; the rest goes to quarantine;
 * an open fragment shorter than the committed bytes (the journal refused
@@ -53,10 +59,14 @@ from ._files import (
     quarantine_file,
     read_spec,
     read_start,
+    read_sums,
     recover,
+    remove_sums,
+    seal,
     unused_name,
     write_all,
     write_atomically,
+    write_sums,
 )
 from ._fragment import (
     COMMIT_FILE,
@@ -74,11 +84,13 @@ from ._fragment import (
     parse_quarantine_name,
     parse_record,
     parse_sealed_name,
+    parse_sums_name,
     quarantine_name,
     sealed_name,
     slot_offset,
 )
 from ._spec import JournalSpec
+from ._sums import Batch, bad_batches, parse_batches, unchecked
 
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
@@ -132,6 +144,7 @@ class _Listing:
     opens: dict[int, str] = field(default_factory=dict)  # begin -> base
     quarantined: list[Quarantined] = field(default_factory=list)
     foreign: list[str] = field(default_factory=list)
+    sums: dict[tuple[int, int], str] = field(default_factory=dict)  # (begin, end) -> base
 
 
 def _list(jd: JournalDir) -> _Listing:
@@ -157,6 +170,8 @@ def _list(jd: JournalDir) -> _Listing:
             q = parse_quarantine_name(base)
             if q is not None and q[0] < q[1]:
                 out.quarantined.append(Quarantined(q[0], q[1], entry.path))
+        elif (at_end := parse_sums_name(base)) is not None:
+            out.sums[at_end] = base
         elif base in JOURNAL_FILES or base.startswith(TEMP_PREFIX):
             pass
         else:
@@ -221,6 +236,11 @@ class _Checker:
                 break
         self.foreign(listing)
         rec = self.record(raw)
+        if rec is not None and raw is not None and self.open_batches(listing, raw, rec):
+            # Sealed for repair: look again.
+            raw = _read_commit(self.jd)
+            listing = _list(self.jd)
+            rec = parse_record(raw) if raw is not None else None
         self.sealed(listing)
         rec = self.overlaps(listing, rec)
         rec = self.open_fragment(listing, rec) if rec is not None else self.rebuild(listing)
@@ -259,7 +279,45 @@ class _Checker:
             )
         return rec
 
+    def open_batches(self, listing: _Listing, raw: bytes, rec: CommitRecord) -> bool:
+        """Check the open fragment's batches against their checksums. With
+        ``repair``, a fragment with a damaged batch is sealed (the sealed
+        fragments' step repairs it): returns True then."""
+        base = listing.opens.get(rec.begin)
+        batches = parse_batches(raw[RECORD_SIZE:], rec.begin, rec.end)
+        if base is None or not batches:
+            return False
+        try:
+            fd = os.open(self.jd.file(base), os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
+        except FileNotFoundError:
+            return False  # Sealed since listed (a check holds no lock).
+        try:
+            if os.fstat(fd).st_size < rec.end - rec.begin:
+                return False  # Cut short: the open fragment's step says so.
+            bad = bad_batches(fd, rec.begin, batches)
+        finally:
+            os.close(fd)
+        if not bad:
+            return False
+        if not self.repair:
+            for b in bad:
+                self.problem(base, _BAD_BATCH, b.begin, b.end)
+            return False
+        commit_fd = open_commit(self.jd, write=True)
+        try:
+            now, open_fd = recover(self.jd, commit_fd)
+            if open_fd is not None:
+                try:
+                    if now.end > now.begin:
+                        seal(self.jd, commit_fd, open_fd, now)
+                finally:
+                    os.close(open_fd)
+        finally:
+            os.close(commit_fd)
+        return True
+
     def sealed(self, listing: _Listing) -> None:
+        split: list[_Piece] = []  # Pieces of fragments repaired batch by batch.
         for p in listing.sealed:
             want = p.end - p.begin
             path = self.jd.file(p.base)
@@ -269,8 +327,22 @@ class _Checker:
                 p.good = False
                 continue
             try:
-                if p.size == want and fragment_sha1(fd, want) == p.sha1:
-                    continue
+                if p.size == want:
+                    sha_ok = fragment_sha1(fd, want) == p.sha1
+                    batches = read_sums(self.jd, p.begin, p.end)
+                    bad = [(b.begin, b.end) for b in bad_batches(fd, p.begin, batches)]
+                    if sha_ok and not bad:
+                        continue
+                    reason = _BAD_BATCH
+                    if not bad and batches:
+                        # The SHA-1 fails, every checked batch verifies: the
+                        # damage is in what no checksum covers.
+                        bad = unchecked(batches, p.begin, p.end)
+                        reason = _BAD_UNCHECKED
+                    if bad:
+                        p.good = False
+                        split.extend(self.damaged_batches(p, fd, batches, bad, reason))
+                        continue
                 p.good = False
                 if p.size < want:
                     self.truncated_fragment(p, fd)
@@ -292,8 +364,46 @@ class _Checker:
             finally:
                 os.close(fd)
         if self.repair:
-            listing.sealed = [p for p in listing.sealed if p.good]
+            listing.sealed = sorted(
+                [p for p in listing.sealed if p.good] + split, key=lambda p: (p.begin, p.end)
+            )
             listing.quarantined = _list(self.jd).quarantined
+
+    def damaged_batches(
+        self, p: _Piece, fd: int, batches: list[Batch], bad: list[tuple[int, int]], reason: str
+    ) -> list[_Piece]:
+        """A sealed fragment (``fd``) with damaged batches ``bad``: report each;
+        with ``repair``, quarantine them and keep the rest in new sealed
+        fragments (returned). Every offset stays held throughout: the file
+        first goes to quarantine whole, and leaves it (renamed, standing for
+        no offsets) once its pieces are in place."""
+        kept: list[_Piece] = []
+        repair = None
+        if self.repair:
+            whole = quarantine_file(self.jd, p.base, quarantine_name(p.begin, p.end, "fragment"))
+            moved = []
+            for begin, end, damaged in _pieces(p.begin, p.end, bad):
+                if damaged:
+                    q = quarantine_copy(
+                        self.jd, fd, begin - p.begin, end - p.begin, begin, end, "batch"
+                    )
+                    moved.append(os.path.basename(q))
+                    continue
+                data = os.pread(fd, end - begin, begin - p.begin)
+                mine = [b for b in batches if begin <= b.begin and b.end <= end]
+                name = _write_sealed(self.jd, begin, data, mine)
+                kept.append(_Piece(begin, end, name, b"", end - begin))
+            os.rename(whole, unused_name(self.jd, f"{QUARANTINE_PREFIX}damaged-{p.base}"))
+            remove_sums(self.jd, p.begin, p.end)
+            fsync_dir(self.jd.path)
+            held = ", ".join(f"[{k.begin}, {k.end})" for k in kept) or "nothing"
+            repair = f"moved to {{}}; {held} kept in {len(kept)} fragment(s)"
+            for (begin, end), q in zip(bad, moved, strict=True):
+                self.problem(p.base, reason, begin, end, repair.format(q))
+            return kept
+        for begin, end in bad:
+            self.problem(p.base, reason, begin, end)
+        return kept
 
     def truncated_fragment(self, p: _Piece, fd: int) -> None:
         """A sealed fragment cut short: keep its whole frames, quarantine the rest."""
@@ -305,7 +415,9 @@ class _Checker:
             q = quarantine_copy(self.jd, fd, cut, size, p.begin + cut, p.end, "fragment")
             kept = ""
             if cut:
-                name = _write_sealed(self.jd, p.begin, data[:cut])
+                mine = [b for b in read_sums(self.jd, p.begin, p.end) if b.end <= p.begin + cut]
+                name = _write_sealed(self.jd, p.begin, data[:cut], mine)
+                remove_sums(self.jd, p.begin, p.end)
                 kept = f"[{p.begin}, {p.begin + cut}) kept in {name}; "
                 p.good = True
                 p.end, p.base, p.size = p.begin + cut, name, cut
@@ -430,6 +542,9 @@ class _Checker:
                 if cut:
                     name = sealed_name(rec.begin, rec.begin + cut, hashlib.sha1(
                         data[:cut], usedforsecurity=False).digest())
+                    raw = _read_commit(self.jd) or b""
+                    mine = parse_batches(raw[RECORD_SIZE:], rec.begin, rec.begin + cut)
+                    write_sums(self.jd, rec.begin, rec.begin + cut, mine)
                     os.rename(path, self.jd.file(name))
                     kept = f"[{rec.begin}, {rec.begin + cut}) kept in {name}; "
                     listing.sealed.append(_Piece(rec.begin, rec.begin + cut, name, b"", cut))
@@ -545,16 +660,25 @@ class _Checker:
             self.problem(COMMIT_FILE, f"not repaired: {exc}")
         finally:
             os.close(fd)
+        # Checksums of fragments no longer there (moved to quarantine, or a
+        # trim that crashed) are worth nothing.
+        listing = _list(self.jd)
+        fragments = {(p.begin, p.end) for p in listing.sealed}
+        for at_end, base in listing.sums.items():
+            if at_end not in fragments:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.jd.file(base))
 
 
 def _read_commit(jd: JournalDir) -> bytes | None:
-    """The commit record file's bytes, None if there is none."""
+    """The commit record file's bytes (the record, then the open fragment's
+    batch checksums), None if there is none."""
     try:
         fd = os.open(jd.commit_path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
     except FileNotFoundError:
         return None
     try:
-        return os.pread(fd, RECORD_SIZE, 0)
+        return os.pread(fd, max(RECORD_SIZE, os.fstat(fd).st_size), 0)
     finally:
         os.close(fd)
 
@@ -585,11 +709,36 @@ def _marker(jd: JournalDir, begin: int, end: int) -> str:
     return os.path.basename(path)
 
 
-def _write_sealed(jd: JournalDir, begin: int, data: bytes) -> str:
-    """A new sealed fragment ``[begin, begin + len(data))`` holding ``data``; its name."""
-    name = sealed_name(begin, begin + len(data), hashlib.sha1(data, usedforsecurity=False).digest())
+def _write_sealed(
+    jd: JournalDir, begin: int, data: bytes, batches: list[Batch] | None = None
+) -> str:
+    """A new sealed fragment ``[begin, begin + len(data))`` holding ``data``,
+    with the checksums of its ``batches``; its name."""
+    end = begin + len(data)
+    write_sums(jd, begin, end, batches or [])
+    name = sealed_name(begin, end, hashlib.sha1(data, usedforsecurity=False).digest())
     write_atomically(jd, name, data)
     return name
+
+
+_BAD_BATCH: Final = "a batch of appends does not match its checksum (changed in place)"
+_BAD_UNCHECKED: Final = (
+    "fragment content does not match the SHA-1 in its name, and these offsets, which no"
+    " batch checksum covers, hold the damage"
+)
+
+
+def _pieces(begin: int, end: int, bad: list[tuple[int, int]]) -> Iterator[tuple[int, int, bool]]:
+    """``[begin, end)`` cut into runs, each damaged (in ``bad``, sorted and
+    disjoint) or not."""
+    at = begin
+    for b, e in bad:
+        if b > at:
+            yield at, b, False
+        yield b, e, True
+        at = e
+    if at < end:
+        yield at, end, False
 
 
 def _copy_to(jd: JournalDir, fd: int, start: int, stop: int, path: str) -> None:

@@ -47,12 +47,15 @@ from ._fragment import (
     parse_quarantine_name,
     parse_record,
     parse_sealed_name,
+    parse_sums_name,
     quarantine_name,
     sealed_name,
     slot_offset,
+    sums_name,
 )
 from ._labels import LabelSet
 from ._spec import JournalSpec
+from ._sums import Batch, pack_batches, parse_batches, read_log, settle_log
 
 SPEC_FORMAT: Final = 1
 # Files are read and hashed in pieces of this size.
@@ -288,6 +291,46 @@ def write_record(fd: int, rec: CommitRecord) -> None:
     os.fdatasync(fd)
 
 
+# Batch checksums (journal/_sums.py) -----------------------------------------
+
+
+def open_batches(commit_fd: int, begin: int, end: int) -> list[Batch]:
+    """The batch checksums of the open fragment (holding ``[begin, end)``),
+    from the commit record file."""
+    return read_log(commit_fd, RECORD_SIZE, begin, end)
+
+
+def settle_batches(commit_fd: int, rec: CommitRecord) -> int:
+    """Cut entries that are not the open fragment's from the commit record
+    file; return where the next one goes. The caller holds the lock."""
+    return settle_log(commit_fd, RECORD_SIZE, rec.begin, rec.end)
+
+
+def read_sums(jd: JournalDir, begin: int, end: int) -> list[Batch]:
+    """The batch checksums of the sealed fragment ``[begin, end)`` (none if
+    it has no checksum file)."""
+    try:
+        fd = os.open(jd.file(sums_name(begin, end)), os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    try:
+        return parse_batches(os.pread(fd, os.fstat(fd).st_size, 0), begin, end)
+    finally:
+        os.close(fd)
+
+
+def write_sums(jd: JournalDir, begin: int, end: int, batches: list[Batch]) -> None:
+    """Durably write the batch checksums of the sealed fragment ``[begin, end)``
+    (nothing when there are none)."""
+    if batches:
+        write_atomically(jd, sums_name(begin, end), pack_batches(batches))
+
+
+def remove_sums(jd: JournalDir, begin: int, end: int) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(jd.file(sums_name(begin, end)))
+
+
 # Fragments -------------------------------------------------------------------
 
 
@@ -348,7 +391,11 @@ def scan(jd: JournalDir, *, strict: bool = True) -> Scan:
                 q = parse_quarantine_name(base)
                 if q is not None and q[0] < q[1]:
                     quarantined.append(Quarantined(q[0], q[1], entry.path))
-            elif base in JOURNAL_FILES or base.startswith(TEMP_PREFIX):
+            elif (
+                base in JOURNAL_FILES
+                or base.startswith(TEMP_PREFIX)
+                or parse_sums_name(base) is not None
+            ):
                 pass
             elif strict:
                 raise jd.corrupt(base, "unrecognised file in a journal directory")
@@ -591,11 +638,14 @@ def seal(
     A crash between the two leaves a consistent journal (``recover`` finishes)."""
     truncate_garbage(open_fd, rec)  # The sealed file must hold exactly its content.
     sha = fragment_sha1(open_fd, rec.end - rec.begin)
+    # Its batch checksums first: a sealed fragment without them is unchecked.
+    write_sums(jd, rec.begin, rec.end, open_batches(commit_fd, rec.begin, rec.end))
     os.rename(jd.file(open_name(rec.begin)), jd.file(sealed_name(rec.begin, rec.end, sha)))
     fsync_dir(jd.path)
     begin = rec.end if next_begin is None else next_begin
     new = CommitRecord(rec.seq + 1, begin, begin)
     write_record(commit_fd, new)
+    settle_batches(commit_fd, new)  # The sealed fragment's entries, now in their file.
     return new
 
 

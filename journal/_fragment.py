@@ -43,6 +43,10 @@ START_FILE: Final = "@start"
 #: The files of a journal directory besides its fragments.
 JOURNAL_FILES: Final = frozenset((SPEC_FILE, COMMIT_FILE, LOCK_FILE, START_FILE))
 TEMP_PREFIX: Final = "@tmp-"
+#: ``@sums-%016x-%016x``: the batch checksums of the sealed fragment
+#: ``[begin, end)`` (journal/_sums.py). The open fragment's follow its
+#: commit record in ``@commit``.
+SUMS_PREFIX: Final = "@sums-"
 
 #: Damaged bytes are moved to files of this prefix, never deleted. A file
 #: ``@quarantine-%016x-%016x-<kind>`` stands for journal offsets
@@ -62,6 +66,7 @@ RECORD_SIZE: Final = 2 * SLOT_SIZE
 
 _SEALED_RE: Final = re.compile(r"([0-9a-f]{16})-([0-9a-f]{16})-([0-9a-f]{40})\.raw")
 _OPEN_RE: Final = re.compile(r"@open-([0-9a-f]{16})")
+_SUMS_RE: Final = re.compile(r"@sums-([0-9a-f]{16})-([0-9a-f]{16})")
 _QUARANTINE_RE: Final = re.compile(r"@quarantine-([0-9a-f]{16})-([0-9a-f]{16})-([a-z]+)(?:-\d+)?")
 # Any Gazette-style fragment name, whatever its codec: such a name is reserved
 # inside a journal directory, so it cannot be a child journal's directory.
@@ -154,6 +159,17 @@ def parse_quarantine_name(name: str) -> tuple[int, int, str] | None:
     if m is None:
         return None
     return int(m[1], 16), int(m[2], 16), m[3]
+
+
+def sums_name(begin: int, end: int) -> str:
+    """The name of the file of batch checksums of the sealed fragment ``[begin, end)``."""
+    return f"{SUMS_PREFIX}{begin:016x}-{end:016x}"
+
+
+def parse_sums_name(name: str) -> tuple[int, int] | None:
+    """``(begin, end)`` of a batch checksum file's name, or None."""
+    m = _SUMS_RE.fullmatch(name)
+    return (int(m[1], 16), int(m[2], 16)) if m else None
 
 
 def parse_open_name(name: str) -> int | None:

@@ -48,13 +48,16 @@ from ._files import (
     fragment_sha1,
     fsync_dir,
     locked,
+    open_batches,
     open_commit,
     open_fragment_path,
     open_lock,
     read_record,
     read_spec,
     read_start,
+    read_sums,
     recover,
+    remove_sums,
     scan,
     seal,
     spec_bytes,
@@ -78,6 +81,7 @@ from ._fragment import (
 from ._labels import LabelSelector, LabelSet, LabelsInit, parse_label_selector
 from ._local_reader import LocalJournalReader, StoreServices, open_reader
 from ._spec import AppendResult, JournalSpec, validate_journal_name
+from ._sums import bad_batches
 from ._util import age_seconds
 from ._watch import Watcher
 from ._writer import JournalWriter
@@ -110,6 +114,9 @@ class LocalJournalStore:
     ``max_append_size``: larger appends raise ``AppendTooLargeError``.
     ``verify_fragments``: check each sealed fragment's SHA-1 against its name
     when a reader first opens it (once per file per store).
+    ``verify_checksums``: readers check each batch of appends against its
+    CRC-32C before handing out any of its bytes, in the open fragment too
+    (``exactly fsck`` checks them all in any case).
     """
 
     def __init__(
@@ -119,6 +126,7 @@ class LocalJournalStore:
         fragment_size: int = DEFAULT_FRAGMENT_SIZE,
         max_append_size: int = DEFAULT_MAX_APPEND_SIZE,
         verify_fragments: bool = True,
+        verify_checksums: bool = False,
     ) -> None:
         if fragment_size < 1:
             raise ValueError(f"fragment_size must be positive ({fragment_size})")
@@ -128,6 +136,7 @@ class LocalJournalStore:
         self.fragment_size: Final = fragment_size
         self.max_append_size: Final = max_append_size
         self.verify_fragments: Final = verify_fragments
+        self.verify_checksums: Final = verify_checksums
         os.makedirs(self.root, exist_ok=True)
         self._lock = threading.Lock()
         self._writers: dict[str, JournalWriter] = {}
@@ -338,6 +347,7 @@ class LocalJournalStore:
                 if start is None or gone[-1].end > start:
                     write_start(jd, gone[-1].end)
                 for f in gone:
+                    remove_sums(jd, f.begin, f.end)  # First: a fragment may lack them.
                     os.unlink(f.path)
                 fsync_dir(jd.path)
             if kept:
@@ -378,9 +388,10 @@ class LocalJournalStore:
         kept one on (none missing from the middle, the open fragment there
         while it holds committed bytes: pieces moved to quarantine by a
         repair count as held), every sealed fragment's size and SHA-1
-        against its name, and that the open fragment holds its committed
-        bytes. Raises ``CorruptJournalError`` naming the first bad file (and
-        the offsets missing), as a reader meets it; returns the fragments.
+        against its name, that the open fragment holds its committed
+        bytes, and every batch of appends against its checksum. Raises
+        ``CorruptJournalError`` naming the first bad file (and the offsets
+        missing or damaged), as a reader meets it; returns the fragments.
         ``exactly fsck`` checks all this and more (``check``)."""
         jd = self._dir(name)
         frags = self._held(jd, name)
@@ -392,9 +403,23 @@ class LocalJournalStore:
             try:
                 if f.sealed:
                     self._verify_fragment(jd, f, fd, cached=False)
+                    batches = read_sums(jd, f.begin, f.end)
                 elif os.fstat(fd).st_size < f.size:
                     raise jd.corrupt(
                         os.path.basename(f.path), "open fragment is shorter than its committed end"
+                    )
+                else:
+                    commit_fd = open_commit(jd)
+                    try:
+                        batches = open_batches(commit_fd, f.begin, f.end)
+                    finally:
+                        os.close(commit_fd)
+                for b in bad_batches(fd, f.begin, batches)[:1]:
+                    raise jd.corrupt(
+                        os.path.basename(f.path),
+                        "a batch of appends does not match its checksum (changed in place)",
+                        b.begin,
+                        b.end,
                     )
             finally:
                 os.close(fd)
@@ -576,7 +601,7 @@ class LocalJournalStore:
     def _services(self) -> StoreServices:
         """What this store's readers need of it (see ``StoreServices``)."""
         return StoreServices(self._watcher, self._verify_fragment, lambda: self._closed,
-                             self._warn_damaged_record)
+                             self._warn_damaged_record, self.verify_checksums)
 
     def _warn_damaged_record(self, jd: JournalDir, rec: CommitRecord) -> None:
         """A reader found the commit slot beside the newest valid one damaged:

@@ -20,15 +20,18 @@ from ._errors import JournalError, JournalNotFoundError
 from ._files import (
     JournalDir,
     Scan,
+    open_batches,
     open_commit,
     open_fragment_path,
     quarantined_through,
     read_record,
     read_start,
+    read_sums,
     scan,
 )
 from ._fragment import RECORD_SIZE, CommitRecord, Fragment, damaged_slot, open_name
 from ._reader import JUMPED, ReaderBase, warn_jump, warn_quarantined
+from ._sums import Batch, batch_matches
 from ._util import check_read_args
 
 if TYPE_CHECKING:
@@ -44,12 +47,14 @@ _MAX_ATTEMPTS: Final = 100
 class StoreServices:
     """What readers need of their store, handed to them by it: its change
     watcher, the check of a fragment file against its name, whether it is
-    closed, and where to report a damaged commit record."""
+    closed, where to report a damaged commit record, and whether to check
+    each batch against its checksum before handing out its bytes."""
 
     watcher: Watcher
     verify_fragment: Callable[[JournalDir, Fragment, int], None]
     is_closed: Callable[[], bool]
     warn_damaged_record: Callable[[JournalDir, CommitRecord], None]
+    verify_checksums: bool = False
 
 
 @final
@@ -82,6 +87,10 @@ class LocalJournalReader(ReaderBase):
         self._fbegin = 0
         self._flimit = 0
         self._fsealed = False
+        # With verify_checksums: the batch checksums of that file (None: not
+        # read yet), and how many of them were checked.
+        self._batches: list[Batch] | None = None
+        self._checked = 0
 
     def _record(self) -> CommitRecord:
         if self._commit_fd is None:
@@ -94,7 +103,10 @@ class LocalJournalReader(ReaderBase):
         gone = -1  # The begin of an open fragment whose file was missing.
         for _ in range(_MAX_ATTEMPTS):
             if self._fd is not None and self._fbegin <= off < self._flimit:
-                return self._pread(buf[: self._flimit - off], off - self._fbegin)
+                view = buf[: self._flimit - off]
+                if self._store.verify_checksums:
+                    self._verify_batches(off + len(view))
+                return self._pread(view, off - self._fbegin)
             if self._fd is not None and not self._fsealed and off >= self._fbegin:
                 # Reading the open fragment: has its committed end moved?
                 rec = self._record()
@@ -212,6 +224,38 @@ class LocalJournalReader(ReaderBase):
     def _open(self, path: str, begin: int, limit: int, sealed: bool) -> None:
         self._fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
         self._fbegin, self._flimit, self._fsealed = begin, limit, sealed
+        self._batches, self._checked = None, 0
+
+    def _verify_batches(self, upto: int) -> None:
+        """Check every batch of the file being read that begins before
+        ``upto`` against its checksum (bytes no checksum covers pass)."""
+        assert self._fd is not None
+        batches = self._batches
+        if batches is None or (
+            not self._fsealed and (not batches or batches[-1].end < upto)
+        ):
+            # The open fragment's checksums grow with it, in the commit record file.
+            batches = self._batches = (
+                read_sums(self._jd, self._fbegin, self._flimit)
+                if self._fsealed
+                else open_batches(self._open_commit(), self._fbegin, self._flimit)
+            )
+        while self._checked < len(batches) and batches[self._checked].begin < upto:
+            b = batches[self._checked]
+            if not batch_matches(self._fd, self._fbegin, b):
+                raise self._jd.corrupt(
+                    open_name(self._fbegin) if not self._fsealed else f"fragment at {self._fbegin}",
+                    "a batch of appends does not match its checksum (changed in place;"
+                    " exactly fsck --repair moves it to quarantine and keeps the rest)",
+                    b.begin,
+                    b.end,
+                )
+            self._checked += 1
+
+    def _open_commit(self) -> int:
+        if self._commit_fd is None:
+            raise ValueError(f"I/O operation on a closed reader of {self._journal!r}")
+        return self._commit_fd
 
     def _find_sealed(self, off: int) -> Fragment | None:
         for rescan in (False, True):

@@ -3,7 +3,8 @@
 The queue and its thread are ``AppendQueue``'s. For each batch the writer
 takes the journal's ``flock`` (so no other process writes in between), writes
 the bytes with one ``pwrite`` at the committed end, ``fdatasync``s them,
-advances the commit record and ``fdatasync``s it, releases the lock, and then
+advances the commit record (with the batch's checksum, journal/_sums.py) and
+``fdatasync``s it, releases the lock, and then
 resolves the futures. Many appends waiting at once thus cost one write and two
 syncs, and a future resolves only once its bytes are durable *and* covered by
 the commit record that readers go by.
@@ -36,12 +37,14 @@ from ._files import (
     read_record,
     recover,
     seal,
+    settle_batches,
     truncate_garbage,
     write_all,
     write_record,
 )
 from ._fragment import CommitRecord
 from ._spec import AppendResult
+from ._sums import LOG_AHEAD, entry_for
 
 LOG: Final = logging.getLogger("journal")
 
@@ -63,6 +66,12 @@ class JournalWriter(AppendQueue):
         self._commit_fd: int | None = None
         self._open_fd: int | None = None
         self._rec: CommitRecord | None = None
+        # Where the next batch checksum goes in the commit record file, and
+        # its size: entries go over zeroes written ahead (LOG_AHEAD at a
+        # time), so that most commits do not change the file's size, which
+        # would make its fdatasync a metadata write too.
+        self._log_pos = 0
+        self._log_size = 0
 
     def forget_after_fork(self) -> None:
         """In a forked child: close inherited descriptors *without* unlocking,
@@ -149,6 +158,7 @@ class JournalWriter(AppendQueue):
             os.close(self._open_fd)
             self._open_fd = None
         self._rec, self._open_fd = recover(self.jd, self._commit_fd)
+        self._settle_log()
 
     def _release(self) -> None:
         if self._lock_fd is not None:
@@ -175,14 +185,28 @@ class JournalWriter(AppendQueue):
             if created:
                 fsync_dir(self.jd.path)  # The new file's entry must be durable too.
             self._rec = CommitRecord(rec.seq + 1, rec.begin, rec.end + len(data))
+            # The batch's checksum, made durable by the record's own sync.
+            entry = entry_for(self._rec.end, data)
+            if entry:
+                if self._log_pos + len(entry) > self._log_size:
+                    write_all(self._commit_fd, bytes(LOG_AHEAD), self._log_size)
+                    self._log_size += LOG_AHEAD
+                write_all(self._commit_fd, entry, self._log_pos)
+                self._log_pos += len(entry)
             write_record(self._commit_fd, self._rec)
         return batch_results(self.jd.name, rec.end, chunk)
+
+    def _settle_log(self) -> None:
+        assert self._commit_fd is not None and self._rec is not None
+        self._log_pos = settle_batches(self._commit_fd, self._rec)
+        self._log_size = os.fstat(self._commit_fd).st_size
 
     def _seal(self) -> None:
         assert self._rec is not None and self._commit_fd is not None
         if self._open_fd is None:
             return
         self._rec = seal(self.jd, self._commit_fd, self._open_fd, self._rec)
+        self._settle_log()
         os.close(self._open_fd)
         self._open_fd = None
 

@@ -6,6 +6,8 @@
 - read-uncommitted messages/s as a ratio to a bare ``orjson.loads`` loop over
   the same lines (target 0.5);
 - read-committed over read-uncommitted (target 0.8);
+- read-committed with every batch checked against its CRC-32C
+  (``verify_checksums``) over the same without (target 0.97);
 - follow latency, append to delivery, of a blocking read-committed reader.
 """
 
@@ -15,6 +17,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
@@ -119,6 +122,22 @@ def run(scale: float) -> list[Result]:
                     loads(line)
 
             read = interleaved({"u": uncommitted, "c": committed, "orjson": bare}, repeat=3)
+        # Readers that check every batch's CRC-32C (verify_checksums), beside
+        # ones that do not, over the same files.
+        with LocalJournalStore(root / "p0") as plain, LocalJournalStore(
+            root / "p0", verify_checksums=True
+        ) as checking:
+
+            def reads_through(store: LocalJournalStore) -> Callable[[], None]:
+                def go() -> None:
+                    for _ in ReadCommittedIter(store, J, _new_doc):
+                        pass
+
+                return go
+
+            verified = interleaved(
+                {"plain": reads_through(plain), "verified": reads_through(checking)}, repeat=3
+            )
         lat = sorted(_follow_latency(root / "f", max(50, int(500 * scale))))
     size = len(data) / len(lines)
     return [
@@ -130,6 +149,8 @@ def run(scale: float) -> list[Result]:
                baseline_name="orjson.loads", baseline=n / read["orjson"], target=0.5),
         Result("read committed vs read uncommitted", n / read["c"], "msg/s",
                baseline_name="uncommitted", baseline=n / read["u"], target=0.8),
+        Result("read committed, batch checksums verified", n / verified["verified"], "msg/s",
+               baseline_name="not verified", baseline=n / verified["plain"], target=0.97),
         Result("follow latency p50", statistics.median(lat) * 1e3, "ms",
                target=100, higher_is_better=False),
         Result("follow latency p99", lat[int(len(lat) * 0.99) - 1] * 1e3, "ms",
