@@ -186,6 +186,43 @@ class _Interrupt:
             yield line
 
 
+def cmd_emit(args: argparse.Namespace) -> int:
+    """``exactly emit``: each input line, as ``append`` reads it, emitted to
+    the journal's live followers (``read --follow --transient``), never stored."""
+    from journal import AppendTooLargeError
+    from message import Publisher
+
+    src: IO[bytes] = open(args.file, "rb") if args.file else sys.stdin.buffer  # noqa: SIM115
+    count = reached = 0
+    try:
+        with _Interrupt() as interrupt, open_store(args) as store:
+            spec = store.get(args.name)
+
+            def mapping(_msg: Any) -> tuple[str, str]:
+                return spec.name, spec.content_type or ""
+
+            pub = Publisher(store)
+            try:
+                for n, msg in _input_messages(spec, interrupt.lines(src), args.format):
+                    try:
+                        reached = pub.emit(mapping, msg)
+                    except AppendTooLargeError as exc:
+                        raise UsageError(f"line {n}: {exc}") from None
+                    count += 1
+            except KeyboardInterrupt:
+                print(f"exactly: interrupted: {counted(count, 'message')} emitted",
+                      file=sys.stderr)
+                return 130
+            except UsageError as exc:
+                raise UsageError(f"{exc}; {counted(count, 'message')} emitted before it") from None
+        print(f"emitted {counted(count, 'message')} to {spec.name} (not stored; the last reached"
+              f" {counted(reached, 'follower')})", file=sys.stderr)
+    finally:
+        if args.file:
+            src.close()
+    return 0
+
+
 def cmd_append(args: argparse.Namespace) -> int:
     from collections import deque
     from concurrent.futures import Future

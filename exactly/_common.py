@@ -175,6 +175,8 @@ def envelope_doc(env: Any) -> dict[str, Any]:
         "clock": clock,
         "flags": get_flags(u),
     }
+    if env.begin < 0:
+        doc["transient"] = True  # emitted, never stored: no offsets
     if clock:
         ns = clock_to_unix_ns(clock)
         doc["time"] = dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).isoformat()

@@ -41,8 +41,12 @@ def cmd_read(args: argparse.Namespace) -> int:
             # Skip the fragments written before the time; messages are then
             # filtered by the time in their UUIDs.
             offset = store.offset_since(spec.name, since / 1e9)
+        if args.transient and not args.follow:
+            raise UsageError("--transient goes with --follow: emits reach following readers only")
         kwargs: dict[str, Any] = {"offset": offset, "block": args.follow,
                                   "skip_corrupt": args.skip_corrupt}
+        if args.transient:
+            kwargs["transient"] = True
         it: Any
         if args.uncommitted:
             it = ReadUncommittedIter(store, spec.name, new_message, **kwargs)
@@ -51,7 +55,7 @@ def cmd_read(args: argparse.Namespace) -> int:
         shown = 0
         try:
             for env in it if args.limit != 0 else ():
-                if since is not None:
+                if since is not None and not env.transient:
                     clock = get_clock(env.message.get_uuid())
                     if clock and clock_to_unix_ns(clock) < since:
                         continue

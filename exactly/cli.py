@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from exactly import _fsck
-from exactly._append_cmd import cmd_append
+from exactly._append_cmd import cmd_append, cmd_emit
 from exactly._common import SHOWN, UsageError, non_negative, open_store
 from exactly._demo_cmd import cmd_demo
 from exactly._journals_cmd import cmd_journals_create, cmd_journals_list, cmd_journals_trim
@@ -113,6 +113,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="publish all lines as one transaction, committed at the end")
     a.set_defaults(func=cmd_append)
 
+    e = sub.add_parser("emit", help="emit stdin lines to a journal's live followers, never "
+                                    "stored (transient messages; the embedded store)",
+                       parents=common)
+    e.add_argument("name")
+    e.add_argument("--file", "-f", help="read from this file instead of stdin")
+    e.add_argument("--format", choices=("json", "lines"), default="json",
+                   help="json: one JSON object per line (default); lines: wrap each line "
+                        "as {\"text\": line}")
+    e.set_defaults(func=cmd_emit)
+
     r = sub.add_parser("read", help="read messages as NDJSON with envelope metadata, or "
                                     "write them to an Arrow or Parquet file",
                        parents=common)
@@ -132,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--offset", type=int, default=0, help="journal offset to start at")
     r.add_argument("--since", help="only messages published since a time (ISO-8601, or 15m)")
     r.add_argument("--follow", "-F", action="store_true", help="wait for new messages")
+    r.add_argument("--transient", action="store_true",
+                   help="with --follow: also messages emitted while following (never stored;"
+                        " shown with \"transient\": true)")
     r.add_argument("--limit", "-n", type=non_negative, metavar="N",
                    help="stop after N messages")
     r.add_argument("--skip-corrupt", action="store_true", help="skip undecodable frames")

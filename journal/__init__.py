@@ -64,6 +64,10 @@ from ._spec import check_content_type as check_content_type
 from ._spec import validate_journal_name as validate_journal_name
 from ._tracking import PendingAppends as PendingAppends
 from ._tracking import TrackingClient as TrackingClient
+from ._transient import MAX_EMIT as MAX_EMIT
+from ._transient import RING_SIZE as RING_SIZE
+from ._transient import Transient as Transient
+from ._transient import TransientListener as TransientListener
 from ._watched import WatchedList as WatchedList
 
 if _typing.TYPE_CHECKING:
@@ -124,6 +128,11 @@ __all__ = [
     "PendingAppends",
     "TrackingClient",
     "WatchedList",
+    # Transient messages (LocalJournalStore.emit / listen)
+    "TransientListener",
+    "Transient",
+    "MAX_EMIT",
+    "RING_SIZE",
     "GazetteClient",
     "GazetteReader",
     "JournalRoute",

@@ -27,12 +27,13 @@ import threading
 import time
 import weakref
 from concurrent.futures import Future
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Final, Self, final
 
 from ._append_queue import append_router, flush_queues
-from ._check import JournalProblem, check_journal, quarantine_files
+from ._check import JournalProblem, check_journal, frame_cut, quarantine_files
 from ._errors import (
     AppendTooLargeError,
     CorruptJournalError,
@@ -82,6 +83,7 @@ from ._labels import LabelSelector, LabelSet, LabelsInit, parse_label_selector
 from ._local_reader import LocalJournalReader, StoreServices, open_reader
 from ._spec import AppendResult, JournalSpec, validate_journal_name
 from ._sums import bad_batches
+from ._transient import MAX_EMIT, Ring, TransientListener, emit, meeting_place
 from ._util import age_seconds
 from ._watch import Watcher
 from ._writer import JournalWriter
@@ -147,6 +149,7 @@ class LocalJournalStore:
         self._watcher = Watcher()
         self._verified: dict[tuple[int, int, int, int], None] = {}
         self._warned: set[tuple[str, int]] = set()  # (journal, seq) of damaged records
+        self._emitting: dict[str, _Emitting] = {}  # journals emitted to
         self._real_root = os.path.realpath(self.root)
         self._closed = False
         _STORES.add(self)
@@ -526,6 +529,89 @@ class LocalJournalStore:
         self._check_open()
         return open_reader(self._services(), self._dir(name), offset, end_offset, block)
 
+    # Transient messages (journal/_transient.py) -----------------------------
+
+    def emit(self, name: str, data: bytes | bytearray | memoryview) -> int:
+        """Hand ``data`` — whole frames of the journal's framing, at most 64
+        KiB — to every follower of journal ``name`` listening now
+        (``listen``), in any process of this machine's user that has the
+        store open; never stored, never in a later read, never counted in
+        offsets. Returns how many listeners there were. Never waits for a
+        listener: the journal's latest emits (``RING_SIZE`` bytes) wait for
+        each in shared memory, and one that falls further behind loses the
+        oldest (and counts them in its ``lost``). It follows every append
+        that completed before the call."""
+        self._check_open()
+        data = bytes(data)
+        e = self._emitting_to(name)
+        if not data:
+            raise ValueError(f"nothing to emit to {name!r}")
+        if len(data) > MAX_EMIT:
+            raise AppendTooLargeError(name, len(data), MAX_EMIT)
+        if frame_cut(e.spec, data) != len(data):
+            raise ValueError(
+                f"an emit to {name!r} must be whole frames of its framing"
+                f" ({e.spec.content_type}); these {len(data)} bytes are not"
+            )
+        return emit(e.ring, read_record(e.jd, e.commit_fd).end, data)
+
+    def _emitting_to(self, name: str) -> _Emitting:
+        """What emits to journal ``name`` use, kept from one to the next while
+        its commit record is the same file (the journal was not deleted)."""
+        with self._lock:
+            e = self._emitting.get(name)
+        if e is not None:
+            try:
+                st = os.stat(e.jd.commit_path)
+            except (FileNotFoundError, NotADirectoryError):
+                st = None
+            if st is not None and (st.st_dev, st.st_ino) == e.ident:
+                return e
+            with self._lock:
+                self._emitting.pop(name, None)
+            e.close()
+        jd = self._dir(name)
+        spec = read_spec(jd)
+        fd = open_commit(jd)
+        try:
+            st = os.fstat(fd)
+            new = _Emitting(jd, spec, fd, (st.st_dev, st.st_ino),
+                            Ring(meeting_place(self._real_root, name)))
+        except BaseException:
+            os.close(fd)
+            raise
+        with self._lock:
+            old = self._emitting.pop(name, None)
+            self._emitting[name] = new
+        if old is not None:
+            old.close()
+        return new
+
+    def listen(self, name: str) -> TransientListener:
+        """Start receiving the emits of journal ``name``: a
+        ``TransientListener``, from which ``take()`` the emits made since
+        (one that falls more than ``RING_SIZE`` bytes of emits behind loses
+        the oldest, and counts them). Its ``read()`` gives a following reader
+        that stops waiting when an emit can be handed out. Close it when
+        done."""
+        self._check_open()
+        jd = self._dir(name)
+        read_spec(jd)
+        services = self._services()
+
+        def reader(
+            listener: TransientListener, offset: int, end_offset: int | None
+        ) -> LocalJournalReader:
+            self._check_open()
+            return open_reader(services, jd, offset, end_offset, True, listener)
+
+        return TransientListener(
+            name,
+            meeting_place(self._real_root, name),
+            wake=self._watcher.get(jd.path).notify,
+            reader=reader,
+        )
+
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every append issued so far is resolved. Raises
         ``TimeoutError`` after ``timeout`` seconds, and ``JournalError``
@@ -542,8 +628,12 @@ class LocalJournalStore:
                 return
             self._closed = True
             writers = builtins.list(self._writers.values())
+            emitting = builtins.list(self._emitting.values())
+            self._emitting.clear()
         for w in writers:
             w.stop()
+        for e in emitting:
+            e.close()
         self._watcher.close()
 
     @property
@@ -679,6 +769,22 @@ class LocalJournalStore:
         self._watcher.forget_after_fork()
         self._watcher = Watcher()
         weakref.finalize(self, self._watcher.close)
+
+
+@dataclass(slots=True)
+class _Emitting:
+    """What emits to one journal use: its spec, its commit record (for the
+    committed end each emit follows; ``ident`` tells the file), its ring."""
+
+    jd: JournalDir
+    spec: JournalSpec
+    commit_fd: int
+    ident: tuple[int, int]
+    ring: Ring
+
+    def close(self) -> None:
+        os.close(self.commit_fd)
+        self.ring.close()
 
 
 def _initial_record() -> bytes:

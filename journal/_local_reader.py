@@ -35,6 +35,7 @@ from ._sums import Batch, batch_matches
 from ._util import check_read_args
 
 if TYPE_CHECKING:
+    from ._transient import TransientListener
     from ._watch import Watch, Watcher
 
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
@@ -71,6 +72,7 @@ class LocalJournalReader(ReaderBase):
         commit_fd: int,
         watch: Watch | None,
         listing: Scan,
+        listener: TransientListener | None = None,
     ) -> None:
         super().__init__(jd.name, offset, end_offset, block)
         self._store = store
@@ -91,6 +93,12 @@ class LocalJournalReader(ReaderBase):
         # read yet), and how many of them were checked.
         self._batches: list[Batch] | None = None
         self._checked = 0
+        self._listener = listener
+
+    @property
+    def listener(self) -> TransientListener | None:
+        """The transient listener this reader yields to (see ``TransientListener.read``)."""
+        return self._listener
 
     def _record(self) -> CommitRecord:
         if self._commit_fd is None:
@@ -294,6 +302,9 @@ class LocalJournalReader(ReaderBase):
     def _head(self) -> int:
         return self._record().end
 
+    def _yield_to_transient(self) -> bool:
+        return self._listener is not None and self._listener.ready(self._offset)
+
     def _reposition(self) -> None:
         self._close_file()
 
@@ -321,7 +332,12 @@ def _pread_copy(fd: int, buf: memoryview, pos: int) -> int:
 
 
 def open_reader(
-    store: StoreServices, jd: JournalDir, offset: int, end_offset: int | None, block: bool
+    store: StoreServices,
+    jd: JournalDir,
+    offset: int,
+    end_offset: int | None,
+    block: bool,
+    listener: TransientListener | None = None,
 ) -> LocalJournalReader:
     """Check the journal and the arguments, then build a reader.
 
@@ -341,4 +357,6 @@ def open_reader(
         if watch is not None:
             store.watcher.unsubscribe(watch)
         raise
-    return LocalJournalReader(store, jd, offset, end_offset, block, commit_fd, watch, listing)
+    return LocalJournalReader(
+        store, jd, offset, end_offset, block, commit_fd, watch, listing, listener
+    )

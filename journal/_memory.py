@@ -16,11 +16,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Final, Self, final
+from typing import Final, NoReturn, Self, final
 
 from ._errors import (
     AppendTooLargeError,
     JournalClosedError,
+    JournalError,
     JournalExistsError,
     JournalNotFoundError,
 )
@@ -156,6 +157,20 @@ class MemoryJournalClient:
             head = j.head
         offset = check_read_args(name, offset, end_offset, block, head)
         return MemoryJournalReader(self, j, offset, end_offset, block)
+
+    def emit(self, name: str, data: bytes | bytearray | memoryview) -> int:
+        """Transient messages are the embedded store's (``LocalJournalStore.emit``)."""
+        raise JournalError(
+            f"cannot emit to {name!r}: MemoryJournalClient has no transient messages"
+            " (LocalJournalStore has)"
+        )
+
+    def listen(self, name: str) -> NoReturn:
+        """Transient messages are the embedded store's (``LocalJournalStore.listen``)."""
+        raise JournalError(
+            f"cannot listen to {name!r}: MemoryJournalClient has no transient messages"
+            " (LocalJournalStore has)"
+        )
 
     def flush(self, timeout: float | None = None) -> None:
         """Nothing to wait for: appends are applied when made."""

@@ -74,6 +74,11 @@ class ReaderBase(io.RawIOBase):
     def _wake(self) -> None:
         """Wake a read blocked in ``_wait`` (called by close)."""
 
+    def _yield_to_transient(self) -> bool:
+        """Whether a read with nothing to return should return (0 bytes)
+        instead of waiting, to let transient messages be handed out."""
+        return False
+
     def _release(self) -> None:
         """Free files and subscriptions; called once."""
 
@@ -154,7 +159,7 @@ class ReaderBase(io.RawIOBase):
                     return n
                 if n == JUMPED:
                     continue
-                if not self._block or not self._wait(token):
+                if not self._block or self._yield_to_transient() or not self._wait(token):
                     return 0
             return 0
 

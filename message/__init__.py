@@ -102,6 +102,7 @@ from typing import TYPE_CHECKING
 
 from ._checkpoint import Checkpoint as Checkpoint
 from ._core import IMPLEMENTATION as IMPLEMENTATION
+from ._envelope import TRANSIENT_OFFSET as TRANSIENT_OFFSET
 from ._envelope import Envelope as Envelope
 from ._envelope import JournalProducer as JournalProducer
 from ._envelope import ProducerState as ProducerState
@@ -161,7 +162,7 @@ __all__ = [
     "Clock", "Flags", "build_uuid", "clock_to_unix_ns", "get_clock", "get_flags",
     "get_producer_id", "new_clock", "new_producer_id",
     # messages and envelopes
-    "Message", "Envelope", "JournalProducer", "ProducerState", "NewMessageFunc",
+    "Message", "Envelope", "TRANSIENT_OFFSET", "JournalProducer", "ProducerState", "NewMessageFunc",
     "NIL_UUID", "JsonDocument", "document_type", "DataclassMessage", "CSVRecord",
     "ProtoMessage", "proto_message_type", "sortable_uuid",
     # publishing

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 if TYPE_CHECKING:
     from journal import JournalSpec
@@ -11,15 +11,26 @@ if TYPE_CHECKING:
     from ._interfaces import Message
 
 
+#: The ``begin`` and ``end`` of a transient envelope (an emit, never
+#: stored): no stored frame has a negative offset.
+TRANSIENT_OFFSET: Final = -1
+
+
 @dataclass(slots=True)
 class Envelope:
     """A message with where it was read: ``[begin, end)`` are the byte offsets
-    of its frame in ``journal``."""
+    of its frame in ``journal`` (both ``TRANSIENT_OFFSET`` for a transient
+    message, which was emitted to live followers and never stored)."""
 
     journal: JournalSpec
     begin: int
     end: int
     message: Message
+
+    @property
+    def transient(self) -> bool:
+        """Whether this is a transient message (see ``Publisher.emit``)."""
+        return self.begin < 0
 
 
 class JournalProducer(NamedTuple):

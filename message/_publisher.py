@@ -11,6 +11,7 @@ from time import time_ns as _time_ns
 from typing import TYPE_CHECKING, Final
 
 from framing import Framing, framing_by_content_type
+from journal import JournalError
 
 from ._interfaces import MappingFunc, Message
 from ._uuid import Clock, Flags, build_uuid, new_producer_id
@@ -156,6 +157,11 @@ class Publisher:
             lock.release()
         return future
 
+    def emit(self, mapping: MappingFunc, msg: Message) -> int:
+        """Emit ``msg`` to the live followers of the journal it maps to,
+        without storing it (see ``emit_message``, which both Publishers run)."""
+        return emit_message(self, mapping, msg)
+
     def publish_committed(self, mapping: MappingFunc, msg: Message) -> Future[AppendResult]:
         """Publish ``msg`` for immediate read-committed consumption.
 
@@ -246,3 +252,31 @@ class Publisher:
     def has_open_transaction(self) -> bool:
         """True if messages were published uncommitted since the last intents."""
         return bool(self._pending)
+
+
+def emit_message(publisher: Publisher, mapping: MappingFunc, msg: Message) -> int:
+    """``Publisher.emit``: hand ``msg`` to the live followers of the journal it
+    maps to, without storing it: a transient message (presence, progress
+    ticks, anything worthless a moment later).
+
+    Validates and maps it as ``publish_committed`` does, stamps it with a UUID
+    of the publisher's producer ID, flagged OUTSIDE_TXN, whose clock is the
+    wall time (an emit never meets a Sequencer, and takes no clock of the
+    publisher's), frames it, and hands the frame to the client's ``emit``:
+    only ``LocalJournalStore`` has one (others raise ``JournalError``).
+    Followers reading with ``transient=True`` get it once they have caught up
+    with the appends that completed before it; nobody else ever does.
+    Returns how many followers took it; never waits for one.
+    """
+    validate = getattr(msg, "validate", None)
+    if validate is not None:
+        validate()
+    journal, content_type = mapping(msg)
+    client = publisher.client
+    emit = getattr(client, "emit", None)
+    if emit is None:
+        raise JournalError(f"{type(client).__name__} has no transient messages (no emit)")
+    clock = Clock()
+    clock.update()
+    msg.set_uuid(build_uuid(publisher.producer_id, clock.tick(), Flags.OUTSIDE_TXN))
+    return int(emit(journal, framing_by_content_type(content_type).marshal(msg)))

@@ -20,12 +20,12 @@ from framing import (
     TruncatedFrameError,
     framing_by_content_type,
 )
-from journal import CorruptJournalError, OffsetTracker
+from journal import CorruptJournalError, JournalError, OffsetTracker
 
 from . import _core
 from ._checkpoint import Checkpoint
 from ._damage import DamageSkippingReader
-from ._envelope import Envelope, ProducerState
+from ._envelope import TRANSIENT_OFFSET, Envelope, ProducerState
 from ._errors import MustStartReplay
 from ._interfaces import NewMessageFunc
 from ._sequencer import Sequencer
@@ -34,7 +34,7 @@ from ._sequencer import Sequencer as PySequencer
 if TYPE_CHECKING:
     import datetime
 
-    from journal import JournalClient, JournalReader, JournalSpec
+    from journal import JournalClient, JournalReader, JournalSpec, Transient, TransientListener
 
 log = logging.getLogger("message")
 
@@ -133,6 +133,13 @@ class ReadUncommittedIter(_EnvelopeIter):
     as a whole, logged, counted, and listed in :attr:`skipped_ranges`.
     ``on_skip(error)``, if given, is told of each skipped frame or piece
     instead of the log (the error has ``.journal`` and ``.offset``).
+
+    ``transient=True`` (with ``block=True``, on a client that has transient
+    messages: ``LocalJournalStore``) also yields the messages emitted to the
+    journal while it follows (``Publisher.emit``), as envelopes whose
+    ``transient`` is True and whose offsets are ``TRANSIENT_OFFSET``: each
+    once it has caught up with the appends that completed before the emit.
+    :attr:`transient_lost` counts those it missed by not keeping up.
     """
 
     def __init__(
@@ -146,6 +153,7 @@ class ReadUncommittedIter(_EnvelopeIter):
         block: bool = False,
         skip_corrupt: bool = False,
         on_skip: Callable[[Exception], None] | None = None,
+        transient: bool = False,
     ) -> None:
         self.spec: JournalSpec = client.get(journal)
         try:
@@ -163,20 +171,103 @@ class ReadUncommittedIter(_EnvelopeIter):
         self.skipped_ranges: list[tuple[int, int]] = []
         self._start = offset
         self._last: Envelope | None = None
-        self._reader: JournalReader = client.read(journal, offset, end_offset, block=block)
-        if skip_corrupt:
-            self._reader = DamageSkippingReader(
-                client, self._reader, end_offset, block, self._damaged
-            )
-        bulk = hasattr(self._framing, "read_frames") and hasattr(self._framing, "unmarshal_frame")
+        self._client = client
+        self._end_offset = end_offset
+        self._interrupted = False
+        self._listener: TransientListener | None = None
+        if transient:
+            self._listener = _listen(client, journal, block)
+            self._reader = self._open_reader(offset)
+        else:
+            self._reader = client.read(journal, offset, end_offset, block=block)
+            if skip_corrupt:
+                self._reader = DamageSkippingReader(
+                    client, self._reader, end_offset, block, self._damaged
+                )
+        self._bulk = hasattr(self._framing, "read_frames") and hasattr(
+            self._framing, "unmarshal_frame"
+        )
         # The C loop, when built: the same steps as _generate.
         self._fast: Any = None
-        self._fast_capable = bulk and NATIVE is not None
+        self._fast_capable = self._bulk and NATIVE is not None
         self._tracker: OffsetTracker | None = None  # made by the bulk loops
+        self._gen = self._stored() if self._listener is None else self._with_transient()
+
+    def _stored(self) -> _Steps:
+        """The loop over the stored frames of ``self._reader``."""
         if self._fast_capable:
-            self._gen = self._fast_reader()
-        else:
-            self._gen = self._generate() if bulk else self._generate_per_frame()
+            return cast(_Steps, self._fast_reader())
+        return self._generate() if self._bulk else self._generate_per_frame()
+
+    def _open_reader(self, offset: int) -> JournalReader:
+        """A reader bound to the transient listener, at ``offset``."""
+        listener = self._listener
+        assert listener is not None
+        reader: JournalReader = listener.read(offset, self._end_offset)
+        if self._skip_corrupt:
+            reader = DamageSkippingReader(
+                cast("JournalClient", _ListenerReads(listener)), reader, self._end_offset, True,
+                self._damaged,
+            )
+        return reader
+
+    def _with_transient(self) -> Generator[Envelope, None, None]:
+        """Stored envelopes, and emits between them: a read of the listener's
+        reader returns when an emit can be handed out, which ends the loop
+        over stored frames (at a frame boundary: the committed end); the
+        emits are yielded, and a new loop over the same reader goes on."""
+        listener = self._listener
+        assert listener is not None
+        try:
+            while True:
+                yield from self._stored()
+                at = self._reader.offset
+                if self._interrupted or listener.closed:
+                    return
+                if self._end_offset is not None and at >= self._end_offset:
+                    return
+                for t in listener.take(at):
+                    yield from self._transient_envelopes(t)
+                # The same reader reads on, under a new loop.
+                self._start, self._last, self._fast, self._tracker = at, None, None, None
+        finally:
+            self._reader.close()
+            listener.close()
+
+    def _release_reader(self) -> None:
+        """Close the journal reader once a loop over it ends, unless emits may
+        end the loop: then the reader reads on (``_with_transient`` closes it)."""
+        if self._listener is None:
+            self._reader.close()
+
+    def _transient_envelopes(self, t: Transient) -> Iterator[Envelope]:
+        spec, framing = self.spec, self._framing
+        if self._bulk:
+            for _, _, frame in framing.read_frames(io.BytesIO(t.data)):
+                msg = self._new_message(spec)
+                try:
+                    framing.unmarshal_frame(frame, msg)
+                except FramingError as exc:
+                    self._corrupt(exc, TRANSIENT_OFFSET)
+                    continue
+                yield Envelope(spec, TRANSIENT_OFFSET, TRANSIENT_OFFSET, msg)
+            return
+        unmarshal = framing.new_unmarshal_func(io.BufferedReader(io.BytesIO(t.data)))
+        while True:
+            msg = self._new_message(spec)
+            try:
+                unmarshal(msg)
+            except EOFError:
+                return
+            except FramingError as exc:
+                self._corrupt(exc, TRANSIENT_OFFSET)
+                return
+            yield Envelope(spec, TRANSIENT_OFFSET, TRANSIENT_OFFSET, msg)
+
+    @property
+    def transient_lost(self) -> int:
+        """Transient messages missed by not keeping up (0 without ``transient``)."""
+        return self._listener.lost if self._listener is not None else 0
 
     def _generate_per_frame(self) -> Generator[Envelope, None, None]:
         """For a framing with only the Framing protocol's new_unmarshal_func.
@@ -206,7 +297,7 @@ class ReadUncommittedIter(_EnvelopeIter):
                 env = self._last = Envelope(spec, base + pos, base + r.tell(), msg)
                 yield env
         finally:
-            self._reader.close()
+            self._release_reader()
 
     def _generate(self) -> Generator[Envelope, None, None]:
         spec, new_message = self.spec, self._new_message
@@ -230,7 +321,7 @@ class ReadUncommittedIter(_EnvelopeIter):
             except TruncatedFrameError as exc:
                 self._truncated(exc)
         finally:
-            self._reader.close()
+            self._release_reader()
 
     def _fast_reader(self) -> Any:
         """The C EnvelopeReader of this iterator (made at the first call):
@@ -255,7 +346,7 @@ class ReadUncommittedIter(_EnvelopeIter):
                 frames, self.spec, self._new_message,
                 self._framing.unmarshal_frame, tracker.jumps, tracker.base_at,
                 self._corrupt, FramingError,
-                tracker.start, self._reader.close, TruncatedFrameError, self._truncated,
+                tracker.start, self._release_reader, TruncatedFrameError, self._truncated,
                 loads, plain, batches, lines,
             )
         return self._fast
@@ -277,14 +368,18 @@ class ReadUncommittedIter(_EnvelopeIter):
 
     def close(self) -> None:
         """Stop reading and release the journal reader."""
+        self._interrupted = True
         self._gen.close()
         self._reader.close()  # if _gen never started, closing it did nothing
+        if self._listener is not None:
+            self._listener.close()
 
     def interrupt(self) -> None:
         """End an iteration running in another thread: the journal reader is
         closed, so that a read blocked in it (``block=True``) returns and the
         iteration stops, by ending or by raising ``ValueError``. The thread
         that iterates still calls :meth:`close`. Safe from any thread."""
+        self._interrupted = True
         self._reader.close()
 
     def _damaged(self, exc: CorruptJournalError, begin: int, end: int) -> None:
@@ -346,6 +441,7 @@ class ReadCommittedIter(_EnvelopeIter):
         block: bool = False,
         checkpoint: Checkpoint | None = None,
         skip_corrupt: bool = False,
+        transient: bool = False,
     ) -> None:
         self._client = client
         self._journal = journal
@@ -361,11 +457,15 @@ class ReadCommittedIter(_EnvelopeIter):
         self.sequencer = _new_sequencer() if sequencer is None else sequencer
         self._uncommitted = ReadUncommittedIter(
             client, journal, new_message, offset=offset, end_offset=end_offset,
-            block=block, skip_corrupt=skip_corrupt,
+            block=block, skip_corrupt=skip_corrupt, transient=transient,
         )
         self.spec = self._uncommitted.spec
         self.replays = 0
-        if self._uncommitted._fast_capable and _runs_natively(self.sequencer):
+        if (
+            self._uncommitted._fast_capable
+            and _runs_natively(self.sequencer)
+            and not transient  # emits pass the Sequencer by, in _generate
+        ):
             # The native loop: the envelope reader feeds the native Sequencer.
             self._gen = NATIVE.CommittedReader(
                 self._uncommitted._fast_reader(), self.sequencer, self._start_replay
@@ -379,6 +479,16 @@ class ReadCommittedIter(_EnvelopeIter):
         return self._uncommitted.skipped
 
     @property
+    def transient_lost(self) -> int:
+        """Transient messages missed by not keeping up (0 without ``transient``)."""
+        return self._uncommitted.transient_lost
+
+    def interrupt(self) -> None:
+        """End an iteration running in another thread (see
+        ``ReadUncommittedIter.interrupt``)."""
+        self._uncommitted.interrupt()
+
+    @property
     def skipped_ranges(self) -> list[tuple[int, int]]:
         """Offsets ``[begin, end)`` of the damaged pieces of the journal skipped."""
         return self._uncommitted.skipped_ranges
@@ -388,6 +498,9 @@ class ReadCommittedIter(_EnvelopeIter):
         seq = self.sequencer
         queue_uncommitted, deque_committed = seq.queue_uncommitted, seq.deque_committed
         for env in self._uncommitted:
+            if env.begin < 0:
+                yield env  # Transient: never sequenced, never checkpointed.
+                continue
             queue_uncommitted(env)
             while True:
                 try:
@@ -439,3 +552,27 @@ class ReadCommittedIter(_EnvelopeIter):
         """Stop reading and release the journal reader."""
         super().close()
         self._uncommitted.close()
+
+
+def _listen(client: JournalClient, journal: str, block: bool) -> TransientListener:
+    """A transient listener of ``journal``: only a following read has emits
+    to hand out, and only a client that has them (``LocalJournalStore``)."""
+    if not block:
+        raise ValueError("transient=True needs block=True: emits go to following readers only")
+    listen = getattr(client, "listen", None)
+    if listen is None:
+        raise JournalError(f"{type(client).__name__} has no transient messages (no emit)")
+    return cast("TransientListener", listen(journal))
+
+
+class _ListenerReads:
+    """What ``DamageSkippingReader`` needs of a client (``read``), for readers
+    bound to a transient listener."""
+
+    def __init__(self, listener: TransientListener) -> None:
+        self._listener = listener
+
+    def read(
+        self, journal: str, offset: int = 0, end_offset: int | None = None, *, block: bool = False
+    ) -> JournalReader:
+        return self._listener.read(offset, end_offset)

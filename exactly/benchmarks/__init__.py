@@ -11,6 +11,7 @@ BENCHMARKS: tuple[str, ...] = (
     "bench_arrow",
     "bench_sequencer",
     "bench_journal_io",
+    "bench_transient",
     "bench_framing",
     "bench_journal",
     "bench_consumer",

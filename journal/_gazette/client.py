@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Final, Self, cast, final
+from typing import Final, NoReturn, Self, cast, final
 
 import grpc
 
@@ -45,6 +45,7 @@ from .._errors import (
     BrokerError,
     InvalidJournalNameError,
     JournalClosedError,
+    JournalError,
     JournalExistsError,
     JournalNotFoundError,
     OffsetNotYetAvailableError,
@@ -514,6 +515,21 @@ class GazetteClient:
                 reader.close()
                 raise OffsetNotYetAvailableError(name, offset, head)
         return reader
+
+    def emit(self, name: str, data: bytes | bytearray | memoryview) -> int:
+        """Gazette has no transient path: raises ``JournalError``."""
+        raise JournalError(
+            f"cannot emit to {name!r}: Gazette brokers have no transient messages, every"
+            " message they carry is appended (emit works on the embedded store,"
+            " LocalJournalStore)"
+        )
+
+    def listen(self, name: str) -> NoReturn:
+        """Gazette has no transient path: raises ``JournalError``."""
+        raise JournalError(
+            f"cannot listen to {name!r}: Gazette brokers have no transient messages"
+            " (LocalJournalStore has)"
+        )
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every append issued so far is resolved. Raises

@@ -679,7 +679,35 @@ publisher_get_has_open_transaction(Publisher *p, void *closure)
     return PyBool_FromLong(PyDict_GET_SIZE(p->pending) != 0);
 }
 
+/* emit(mapping, msg): a transient message, never appended. Rare and never
+ * on a hot path: message._publisher.emit_message, which the Python
+ * Publisher runs too, is the one implementation. */
+static PyObject *
+publisher_emit(Publisher *p, PyObject *const *args, Py_ssize_t nargs)
+{
+    static PyObject *emit_message = NULL;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "emit(mapping, msg) takes 2 arguments");
+        return NULL;
+    }
+    if (emit_message == NULL) {
+        PyObject *mod = PyImport_ImportModule("message._publisher");
+        if (mod == NULL) {
+            return NULL;
+        }
+        emit_message = PyObject_GetAttrString(mod, "emit_message");
+        Py_DECREF(mod);
+        if (emit_message == NULL) {
+            return NULL;
+        }
+    }
+    return PyObject_CallFunctionObjArgs(emit_message, (PyObject *)p, args[0], args[1], NULL);
+}
+
 static PyMethodDef publisher_methods[] = {
+    {"emit", (PyCFunction)(void (*)(void))publisher_emit, METH_FASTCALL,
+     "emit($self, mapping, msg, /)\n--\n\n"
+     "Emit msg to the live followers of its journal, never stored (transient)."},
     {"publish_committed", (PyCFunction)(void (*)(void))publisher_publish_committed,
      METH_FASTCALL,
      "publish_committed($self, mapping, msg, /)\n--\n\n"
