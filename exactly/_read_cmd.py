@@ -17,6 +17,7 @@ from exactly._common import (
     envelope_doc,
     new_message_func,
     open_store,
+    parse_duration,
     parse_time,
 )
 
@@ -195,60 +196,171 @@ def _load_checkpoint(path: str) -> Any:
     return Checkpoint.from_bytes(data)
 
 
-def cmd_inspect(args: argparse.Namespace) -> int:
-    from message import (
-        Flags,
-        MustStartReplay,
-        ReadUncommittedIter,
-        Sequencer,
-        clock_to_unix_ns,
-        get_flags,
-        get_producer_id,
-    )
+class _Scan:
+    """A journal read once through a Sequencer: what ``inspect`` and
+    ``abort`` report on."""
 
-    if args.checkpoint:
-        cp = _load_checkpoint(args.checkpoint)
-        print(orjson.dumps(cp.to_dict(), option=orjson.OPT_INDENT_2).decode())
-        return 0
-    if not args.name:
-        raise UsageError("name a journal to inspect, or pass --checkpoint FILE")
+    def __init__(self, store: Any, spec: Any, new_message: Any) -> None:
+        from message import (
+            Flags,
+            MustStartReplay,
+            ReadUncommittedIter,
+            Sequencer,
+            get_flags,
+            get_producer_id,
+        )
+
+        seq = Sequencer()
+        self.frames = self.committed = 0
+        self.per_producer: dict[bytes, list[int]] = {}  # frames, acks, committed
+        it = ReadUncommittedIter(store, spec.name, new_message, skip_corrupt=True)
+        progress = Progress(f"reading {spec.name}")
+        try:
+            for env in it:
+                self.frames += 1
+                progress.update(self.frames)
+                u = env.message.get_uuid()
+                stats = self.per_producer.setdefault(get_producer_id(u), [0, 0, 0])
+                stats[0] += 1
+                if get_flags(u) == Flags.ACK_TXN:
+                    stats[1] += 1
+                seq.queue_uncommitted(env)
+                while True:
+                    try:
+                        c = seq.deque_committed()
+                    except MustStartReplay as need:
+                        seq.start_replay(
+                            ReadUncommittedIter(store, spec.name, new_message,
+                                                offset=need.begin, end_offset=need.end)
+                        )
+                        continue
+                    if c is None:
+                        break
+                    self.committed += 1
+                    self.per_producer[get_producer_id(c.message.get_uuid())][2] += 1
+        finally:
+            progress.done()
+            it.close()
+        self.skipped = it.skipped
+        self.states = {st.producer: st for st in seq.producer_states()}
+
+    def open_spans(self, store: Any, spec: Any, new_message: Any) -> list[tuple[Any, int | None]]:
+        """``(state, opened)`` of each producer with an open transaction:
+        ``opened`` is the time (ns since the epoch) in the UUID of its first
+        message, None if that cannot be read."""
+        from message import ReadUncommittedIter, clock_to_unix_ns, get_clock
+
+        out = []
+        for st in sorted(self.states.values(), key=lambda st: st.begin):
+            if st.begin < 0:
+                continue
+            opened = None
+            with ReadUncommittedIter(store, spec.name, new_message, offset=st.begin,
+                                     skip_corrupt=True) as first:
+                for env in first:
+                    clock = get_clock(env.message.get_uuid())
+                    opened = clock_to_unix_ns(clock) if clock else None
+                    break
+            out.append((st, opened))
+        return out
+
+
+def _age(ns: int | None) -> str:
+    if ns is None:
+        return "?"
+    s = max(0, int(dt.datetime.now(dt.UTC).timestamp() - ns / 1e9))
+    if s >= 86400:
+        return f"{s // 86400}d{s % 86400 // 3600}h"
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
+
+
+def _inspect_open(args: argparse.Namespace) -> int:
+    """``inspect --open``: the open transactions of a journal, or of all."""
+    older = parse_duration(args.older_than) if args.older_than else None
+    now_ns = dt.datetime.now(dt.UTC).timestamp() * 1e9
+    with open_store(args) as store:
+        specs = [store.get(args.name)] if args.name else store.list()
+        rows = []
+        for spec in specs:
+            new_message = new_message_func(spec, args.proto)
+            scan = _Scan(store, spec, new_message)
+            for st, opened in scan.open_spans(store, spec, new_message):
+                if older is not None and (opened is None or now_ns - opened < older * 1e9):
+                    continue
+                rows.append((spec.name, st, opened))
+        if not rows:
+            what = f" older than {args.older_than}" if older is not None else ""
+            print(f"no open transaction{what} in {counted(len(specs), 'journal')}")
+            return 0
+        print(f"{'journal':24s}  producer      first offset  opened at{'':24s}  age")
+        for name, st, opened in rows:
+            when = ("?" if opened is None else
+                    dt.datetime.fromtimestamp(opened / 1e9, dt.UTC).isoformat())
+            print(f"{name:24s}  {st.producer.hex()}  {st.begin:12d}  {when:33s}  {_age(opened)}")
+    print(f"{counted(len(rows), 'open transaction')}; 'exactly abort JOURNAL --producer ID'"
+          " rolls one back", file=sys.stderr)
+    return 0
+
+
+def cmd_abort(args: argparse.Namespace) -> int:
+    """``exactly abort``: the roll-back ACK of a producer's open transaction,
+    as a dead producer would have written it (an ACK whose clock is its last
+    commit's: readers drop the transaction's messages and stop waiting)."""
+    from framing import framing_by_content_type
+    from message import Flags, build_uuid
+
+    try:
+        producer = bytes.fromhex(args.producer)
+    except ValueError:
+        producer = b""
+    if len(producer) != 6:
+        raise UsageError(f"--producer takes a producer ID: 12 hex digits, not {args.producer!r}")
     with open_store(args) as store:
         spec = store.get(args.name)
         new_message = new_message_func(spec, args.proto)
-        seq = Sequencer()
-        frames = committed = 0
-        per_producer: dict[bytes, list[int]] = {}
-        it = ReadUncommittedIter(store, spec.name, new_message, skip_corrupt=True)
-        progress = Progress(f"reading {spec.name}")
-        for env in it:
-            frames += 1
-            progress.update(frames)
-            u = env.message.get_uuid()
-            stats = per_producer.setdefault(get_producer_id(u), [0, 0, 0])
-            stats[0] += 1
-            if get_flags(u) == Flags.ACK_TXN:
-                stats[1] += 1
-            seq.queue_uncommitted(env)
-            while True:
-                try:
-                    c = seq.deque_committed()
-                except MustStartReplay as need:
-                    seq.start_replay(
-                        ReadUncommittedIter(store, spec.name, new_message,
-                                            offset=need.begin, end_offset=need.end)
-                    )
-                    continue
-                if c is None:
-                    break
-                committed += 1
-                per_producer[get_producer_id(c.message.get_uuid())][2] += 1
-        progress.done()
-        states = {s.producer: s for s in seq.producer_states()}
+        scan = _Scan(store, spec, new_message)
+        st = scan.states.get(producer)
+        if st is None or st.begin < 0:
+            known = "has no open transaction" if st is not None else "never wrote"
+            raise UsageError(f"producer {producer.hex()} {known} in {spec.name}"
+                             " (exactly inspect --open lists the open ones)")
+        ack = new_message(spec).new_acknowledgement(spec.name)
+        ack.set_uuid(build_uuid(producer, st.last_ack, Flags.ACK_TXN))
+        frame = framing_by_content_type(spec.content_type or "").marshal(ack)
+        result = store.append(spec.name, frame).result()
+    print(f"rolled back the open transaction of producer {producer.hex()} in {spec.name}: its"
+          f" messages from offset {st.begin} on are dropped (roll-back ACK at"
+          f" [{result.begin}, {result.end}))", file=sys.stderr)
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from message import clock_to_unix_ns
+
+    if args.checkpoint:
+        if args.open:
+            raise UsageError("--open lists a journal's open transactions, not a checkpoint's")
+        cp = _load_checkpoint(args.checkpoint)
+        print(orjson.dumps(cp.to_dict(), option=orjson.OPT_INDENT_2).decode())
+        return 0
+    if args.open or args.older_than:
+        return _inspect_open(args)
+    if not args.name:
+        raise UsageError("name a journal to inspect, or pass --checkpoint FILE or --open")
+    with open_store(args) as store:
+        spec = store.get(args.name)
+        new_message = new_message_func(spec, args.proto)
+        scan = _Scan(store, spec, new_message)
+        frames, committed, states = scan.frames, scan.committed, scan.states
         print(f"journal {spec.name}: {store.head(spec.name)} bytes, {frames} frames, "
               f"{committed} committed, {frames - committed} dropped or pending"
-              + (f", {it.skipped} corrupt skipped" if it.skipped else ""))
+              + (f", {scan.skipped} corrupt skipped" if scan.skipped else ""))
         print("producer      frames  acks  committed  last_ack                          open txn")
-        for pid, (n, acks, comm) in sorted(per_producer.items()):
+        for pid, (n, acks, comm) in sorted(scan.per_producer.items()):
             s = states.get(pid)
             when = "-"
             if s is not None and s.last_ack:

@@ -21,7 +21,7 @@ from exactly._append_cmd import cmd_append, cmd_emit
 from exactly._common import SHOWN, UsageError, non_negative, open_store
 from exactly._demo_cmd import cmd_demo
 from exactly._journals_cmd import cmd_journals_create, cmd_journals_list, cmd_journals_trim
-from exactly._read_cmd import cmd_inspect, cmd_read
+from exactly._read_cmd import cmd_abort, cmd_inspect, cmd_read
 
 
 def cmd_fsck(args: argparse.Namespace) -> int:
@@ -156,7 +156,20 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("name", nargs="?")
     i.add_argument("--checkpoint", metavar="FILE", help="a checkpoint (JSON or protobuf)")
     i.add_argument("--proto", help="protobuf message class (module.Class) of a proto journal")
+    i.add_argument("--open", action="store_true",
+                   help="the open transactions (producers with pending messages) of the journal,"
+                        " or of every journal: first offset and age")
+    i.add_argument("--older-than", metavar="DURATION",
+                   help="with --open: only those opened longer ago than this (e.g. 10m)")
     i.set_defaults(func=cmd_inspect)
+
+    ab = sub.add_parser("abort", help="roll back a producer's open transaction (one that died"
+                                      " mid-transaction), as it would have", parents=common)
+    ab.add_argument("name")
+    ab.add_argument("--producer", required=True, metavar="ID",
+                    help="the producer ID (12 hex digits, as inspect --open shows it)")
+    ab.add_argument("--proto", help="protobuf message class (module.Class) of a proto journal")
+    ab.set_defaults(func=cmd_abort)
 
     _fsck.add_parser(sub, common).set_defaults(func=cmd_fsck)
 

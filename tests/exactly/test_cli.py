@@ -659,3 +659,56 @@ def test_read_columns_mistakes_are_one_line(tmp_path: Path, args: list[str], mes
     r = run(root, "read", *args)
     assert r.returncode != 0 and message in r.stderr and "Traceback" not in r.stderr, r.stderr
     assert not (tmp_path / "x").exists()
+
+
+_DEAD_PRODUCERS = r"""
+import sys, time
+from journal import LocalJournalStore
+from message import Clock, JsonDocument, Publisher, new_clock
+to = lambda _m: ("t/j", "application/x-ndjson")
+with LocalJournalStore(sys.argv[1]) as s:
+    s.create("t/j", {"content-type": "application/x-ndjson"})
+    s.create("t/k", {"content-type": "application/x-ndjson"})
+    old = Publisher(s, Clock(new_clock(time.time_ns() - 3600 * 10**9)))  # an hour ago
+    old.publish_uncommitted(to, JsonDocument(n=1)).result()
+    new = Publisher(s)
+    new.publish_uncommitted(to, JsonDocument(n=2)).result()
+    Publisher(s).publish_committed(to, JsonDocument(n=3)).result()
+    print(old.producer_id.hex(), new.producer_id.hex())
+"""
+
+
+def test_inspect_open_lists_stuck_transactions_and_abort_rolls_one_back(tmp_path: Path) -> None:
+    """Two producers died mid-transaction, one an hour ago: inspect --open
+    lists both with their first offsets, --older-than 10m only the old one;
+    abort rolls it back (its message is never read, the other stays
+    pending); a second abort of it, or of a producer that never wrote, is
+    refused."""
+    root = tmp_path / "store"
+    r = subprocess.run([sys.executable, "-c", _DEAD_PRODUCERS, str(root)], capture_output=True,
+                       text=True, timeout=60, check=True)
+    old, new = r.stdout.split()
+    rows = [x.split() for x in ok(root, "inspect", "--open").splitlines()[1:]]
+    assert [(x[0], x[1], x[2]) for x in rows] == [("t/j", old, "0"), ("t/j", new, "64")]
+    assert rows[0][4] == "1h00m"
+    rows = [x.split() for x in ok(root, "inspect", "--open", "--older-than", "10m")
+            .splitlines()[1:]]
+    assert [x[1] for x in rows] == [old]
+    assert "no open transaction" in ok(root, "inspect", "t/k", "--open")
+
+    r = run(root, "abort", "t/j", "--producer", old)
+    assert r.returncode == 0 and "from offset 0 on are dropped" in r.stderr, r.stderr
+    assert [x.split()[1] for x in ok(root, "inspect", "--open").splitlines()[1:]] == [new]
+    r = run(root, "abort", "t/j", "--producer", old)
+    assert r.returncode == 1 and "has no open transaction" in r.stderr
+    r = run(root, "abort", "t/j", "--producer", "00" * 6)
+    assert r.returncode == 1 and "never wrote" in r.stderr
+    r = run(root, "abort", "t/j", "--producer", "xyz")
+    assert r.returncode != 0 and "12 hex digits" in r.stderr
+
+    # Rolled back: readers drop its message; the other producer's stays pending.
+    docs = [json.loads(x)["message"] for x in ok(root, "read", "t/j").splitlines()]
+    assert [d.get("n") for d in docs] == [3]
+    docs = [json.loads(x)["message"] for x in ok(root, "read", "t/j", "--uncommitted")
+            .splitlines()]
+    assert [d.get("n") for d in docs] == [1, 2, 3, None]  # the roll-back ACK last
