@@ -187,7 +187,7 @@ def _read_columns(args: argparse.Namespace) -> int:
 # -- inspect ----------------------------------------------------------------------
 
 
-def _load_checkpoint(path: str) -> Any:
+def load_checkpoint(path: str) -> Any:
     from message import Checkpoint
 
     data = Path(path).read_bytes()
@@ -344,7 +344,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.checkpoint:
         if args.open:
             raise UsageError("--open lists a journal's open transactions, not a checkpoint's")
-        cp = _load_checkpoint(args.checkpoint)
+        cp = load_checkpoint(args.checkpoint)
         print(orjson.dumps(cp.to_dict(), option=orjson.OPT_INDENT_2).decode())
         return 0
     if args.open or args.older_than:

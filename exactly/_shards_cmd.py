@@ -41,7 +41,7 @@ def add_shards_command(sub: Any, common: Sequence[argparse.ArgumentParser]) -> N
     show.set_defaults(func=cmd_shards_show)
 
 
-def _checkpoints(spec: str) -> dict[str, Any]:
+def checkpoints_of(spec: str) -> dict[str, Any]:
     """Shard id -> Checkpoint, as the store ``spec`` names it."""
     from consumer import JSONFileStore, PostgresStore, SQLiteStore
 
@@ -102,7 +102,7 @@ def _describe(shard: str, cp: Any, heads: dict[str, int | None]) -> dict[str, An
 def cmd_shards_show(args: argparse.Namespace) -> int:
     from journal import JournalError
 
-    checkpoints = _checkpoints(args.store)
+    checkpoints = checkpoints_of(args.store)
     wanted = args.shard_ids or sorted(checkpoints)
     missing = [s for s in wanted if s not in checkpoints]
     if missing:

@@ -21,6 +21,7 @@ from exactly._append_cmd import cmd_append, cmd_emit
 from exactly._common import SHOWN, UsageError, non_negative, open_store
 from exactly._demo_cmd import cmd_demo
 from exactly._journals_cmd import cmd_journals_create, cmd_journals_list, cmd_journals_trim
+from exactly._lag_cmd import add_lag_command
 from exactly._read_cmd import cmd_abort, cmd_inspect, cmd_read
 
 
@@ -172,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     ab.set_defaults(func=cmd_abort)
 
     _fsck.add_parser(sub, common).set_defaults(func=cmd_fsck)
+    add_lag_command(sub, common)
 
     d = sub.add_parser("demo", help="run the demo pipeline end to end on a local store"
                                     " (or, with --cluster, on local Gazette and Spark clusters)")

@@ -27,9 +27,10 @@ from ._register import local_session as local_session
 from ._register import register as register
 from ._source import JournalDataSource as JournalDataSource
 from ._stores import StoreOptions as StoreOptions
+from ._stream import committed_position as committed_position
 from ._write import recover as recover
 
 __all__ = [
     "register", "local_session", "cluster_session", "JournalDataSource", "StoreOptions", "recover",
-    "latest_by_key", "materialize_latest", "COMMIT_ORDER",
+    "latest_by_key", "materialize_latest", "COMMIT_ORDER", "committed_position",
 ]

@@ -19,7 +19,10 @@ began in an earlier range when its ACK arrives in this one.
 from __future__ import annotations
 
 import datetime
+import json
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -46,6 +49,42 @@ def states_of(offset: Offset, journal: str) -> list[ProducerState]:
 
 def encode_states(states: list[ProducerState]) -> dict[str, str]:
     return {s.producer.hex(): f"{s.last_ack}:{s.begin}" for s in states}
+
+
+def checkpoint_of(offset: Offset) -> Checkpoint:
+    """The ``message.Checkpoint`` a streaming offset stands for."""
+    offsets = {name: int(at) for name, at in offset.get("offsets", {}).items()}
+    return Checkpoint(offsets, [s for name in offsets for s in states_of(offset, name)])
+
+
+def committed_position(location: str | os.PathLike[str]) -> Checkpoint | None:
+    """Where a streaming query reading journals has got to, from its
+    checkpoint ``location``: the end offsets (and producer states) of its
+    last micro-batch that Spark recorded as committed (``commits/<n>``), read
+    from Spark's offset log (``offsets/<n>``: a version line, a metadata line,
+    then each source's offset); None before any. A query reading several
+    journal sources gets them all in one Checkpoint."""
+    root = Path(location)
+    if not (root / "offsets").is_dir():
+        raise FileNotFoundError(f"{root} is not a streaming query's checkpoint location"
+                                " (it has no offsets/ directory)")
+    done = sorted((int(p.name) for p in (root / "commits").glob("*") if p.name.isdigit()),
+                  reverse=True)
+    for batch in done:
+        path = root / "offsets" / str(batch)
+        if not path.is_file():
+            continue
+        merged: Offset = empty_offset()
+        for line in path.read_text().splitlines()[2:]:
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue  # Another kind of source's offset.
+            if isinstance(doc, dict) and isinstance(doc.get("offsets"), dict):
+                merged["offsets"].update(doc["offsets"])
+                merged["states"].update(doc.get("states", {}))
+        return checkpoint_of(merged)
+    return None
 
 
 def _reader(

@@ -79,3 +79,92 @@ def test_mistakes_are_one_line(served: Path, args: list[str], error: str) -> Non
     r = run("shards", "show", *args, cwd=served)
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.splitlines() == [f"exactly: error: {error}"], r.stderr
+
+
+def _lag(served: Path, *args: str) -> dict[str, dict[str, object]]:
+    r = run("--root", "journals", "lag", *args, "--json", cwd=served)
+    assert r.returncode == 0, r.stderr
+    return {d["journal"]: d for d in map(json.loads, r.stdout.splitlines())}
+
+
+def test_lag_of_a_shard_a_checkpoint_file_and_a_spark_query(served: Path) -> None:
+    """The shard consumed everything, then 20 committed messages came to
+    in/part-0: 20 messages behind there (bytes: to the head), none on
+    in/part-1; the same position as a checkpoint file, and as a Spark
+    query's last committed micro-batch, gives the same figures."""
+    with LocalJournalStore(served / "journals") as j:
+        heads = {s: j.head(s) for s in SOURCES}
+    lag = _lag(served, "--store", "state.db")
+    assert lag["in/part-0"]["messages_behind"] == 20
+    assert lag["in/part-1"]["messages_behind"] == 0
+    for s in SOURCES:
+        assert lag[s]["bytes_behind"] == heads[s] - lag[s]["offset"]  # type: ignore[operator]
+    assert lag["in/part-1"]["oldest_unread_age_s"] is None
+    assert isinstance(lag["in/part-0"]["oldest_unread_age_s"], float)
+
+    from consumer import SQLiteStore
+
+    store = SQLiteStore(served / "state.db")
+    try:
+        cp = store.read_checkpoints()["count"]
+    finally:
+        store.close()
+    (served / "count.ckpt").write_bytes(cp.to_bytes())
+    figures = ("offset", "head", "bytes_behind", "messages_behind")
+    from_file = _lag(served, "--checkpoint", "count.ckpt")
+    assert {k: [v[f] for f in figures] for k, v in from_file.items()} == {
+        k: [v[f] for f in figures] for k, v in lag.items()
+    }
+    assert {v["consumer"] for v in from_file.values()} == {"count.ckpt"}
+
+    # A Spark checkpoint location: batch 1 planned (to the heads), batch 0
+    # committed (at the shard's position): the position is batch 0's.
+    loc = served / "query"
+    (loc / "offsets").mkdir(parents=True)
+    (loc / "commits").mkdir()
+    states: dict[str, dict[str, str]] = {}
+    for s in cp.states:
+        states.setdefault(s.journal, {})[s.producer.hex()] = f"{s.last_ack}:{s.begin}"
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":0}'
+    batch0 = json.dumps({"offsets": dict(cp.offsets), "states": states})
+    batch1 = json.dumps({"offsets": heads, "states": states})
+    (loc / "offsets" / "0").write_text(f"v1\n{meta}\n{batch0}")
+    (loc / "offsets" / "1").write_text(f"v1\n{meta}\n{batch1}")
+    (loc / "commits" / "0").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    spark = _lag(served, "--spark-checkpoint", "query")
+    assert {k: v["messages_behind"] for k, v in spark.items()} == {
+        "in/part-0": 20, "in/part-1": 0}
+    (loc / "commits" / "1").write_text('v1\n{"nextBatchWatermarkMs":0}')
+    spark = _lag(served, "--spark-checkpoint", "query")
+    assert {k: v["messages_behind"] for k, v in spark.items()} == {
+        "in/part-0": 0, "in/part-1": 0}
+
+
+def test_lag_table_watch_and_mistakes(served: Path) -> None:
+    r = run("--root", "journals", "lag", "--store", "state.db", cwd=served)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split()[:3] == ["consumer", "journal", "offset"]
+    assert any("in/part-0" in x and " 20 " in x for x in lines)
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "exactly", "--root", "journals", "lag", "--store", "state.db",
+         "--watch", "0.2"], cwd=served, stdout=subprocess.PIPE, text=True)
+    try:
+        assert watch.stdout is not None
+        seen = 0
+        for line in watch.stdout:
+            seen += line.startswith("consumer")
+            if seen == 2:
+                break
+    finally:
+        watch.send_signal(2)  # SIGINT
+        assert watch.wait(timeout=60) == 0
+        if watch.stdout is not None:
+            watch.stdout.close()
+    for args, error in (
+        (["--store", "state.db", "nope"], "no shard nope"),
+        (["--checkpoint", "missing.ckpt"], "no checkpoint file"),
+        (["--spark-checkpoint", "journals"], "not a streaming query's checkpoint location"),
+    ):
+        r = run("--root", "journals", "lag", *args, cwd=served)
+        assert r.returncode == 1 and error in r.stderr, r.stderr

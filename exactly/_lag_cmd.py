@@ -1,0 +1,192 @@
+"""``exactly lag``: how far a consumer is behind the journals it reads.
+
+A consumer's position is a checkpoint: a checkpoint file (``--checkpoint``),
+the checkpoints in a consumer runtime's store (``--store``, as ``shards
+show`` reads them), or the last committed micro-batch of a Spark streaming
+query (``--spark-checkpoint``, its checkpoint location). Against each
+journal's write head it shows the bytes behind, the committed messages
+behind (read from the position on, as the consumer will read them), how old
+the oldest of those is (the consumer's lag in time) and how long ago the
+newest committed message was written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from exactly._common import Progress, UsageError, new_message_func, open_store
+
+
+def add_lag_command(sub: Any, common: Sequence[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("lag", help="how far a consumer (a checkpoint, consumer shards, or a Spark"
+                                   " streaming query) is behind its journals",
+                       parents=list(common))
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--checkpoint", metavar="FILE", help="a checkpoint file (JSON or protobuf)")
+    what.add_argument("--store", metavar="STORE",
+                      help="a consumer runtime's store, as shards show takes it (json:DIR,"
+                           " sqlite:PATH, postgresql://...)")
+    what.add_argument("--spark-checkpoint", metavar="DIR",
+                      help="a Spark streaming query's checkpoint location")
+    p.add_argument("shard_ids", nargs="*", metavar="SHARD", help="with --store: only these shards")
+    p.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="SECONDS",
+                   help="refresh every SECONDS (2 by default) until Ctrl-C")
+    p.add_argument("--json", action="store_true", help="one JSON document per journal")
+    p.add_argument("--proto", help="protobuf message class (module.Class) of a proto journal")
+    p.set_defaults(func=cmd_lag)
+
+
+@dataclass
+class _Row:
+    consumer: str
+    journal: str
+    offset: int
+    head: int | None = None
+    messages: int | None = None
+    oldest_unread: int | None = None  # ns since the epoch
+    newest: int | None = None
+
+    def doc(self) -> dict[str, Any]:
+        now = time.time_ns()
+        return {
+            "consumer": self.consumer, "journal": self.journal, "offset": self.offset,
+            "head": self.head,
+            "bytes_behind": None if self.head is None else max(0, self.head - self.offset),
+            "messages_behind": self.messages,
+            "oldest_unread_age_s": _secs(now, self.oldest_unread),
+            "newest_message_age_s": _secs(now, self.newest),
+        }
+
+
+def _secs(now: int, ns: int | None) -> float | None:
+    return None if ns is None else round(max(0, now - ns) / 1e9, 3)
+
+
+def _positions(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """``(consumer, Checkpoint)`` of what the arguments name."""
+    if args.checkpoint:
+        from exactly._read_cmd import load_checkpoint
+
+        try:
+            return [(Path(args.checkpoint).name, load_checkpoint(args.checkpoint))]
+        except FileNotFoundError:
+            raise UsageError(f"no checkpoint file {args.checkpoint}") from None
+    if args.store:
+        from exactly._shards_cmd import checkpoints_of
+
+        found = checkpoints_of(args.store)
+        wanted = args.shard_ids or sorted(found)
+        missing = [s for s in wanted if s not in found]
+        if missing:
+            raise UsageError(f"no shard {', '.join(missing)} in {args.store}")
+        return [(f"shard {s}", found[s]) for s in wanted]
+    try:
+        from pipeline import committed_position
+    except ImportError as exc:
+        raise UsageError(f"--spark-checkpoint needs the spark extra ({exc})") from None
+    try:
+        cp = committed_position(args.spark_checkpoint)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    if cp is None:
+        raise UsageError(f"{args.spark_checkpoint}: the query has committed no micro-batch yet")
+    return [(Path(args.spark_checkpoint).name, cp)]
+
+
+def _measure(store: Any, consumer: str, cp: Any, proto: str | None) -> list[_Row]:
+    from journal import JournalError
+    from message import Checkpoint, ReadCommittedIter, clock_to_unix_ns, get_clock
+
+    rows = []
+    for journal, offset in sorted(cp.offsets.items()):
+        row = _Row(consumer, journal, offset)
+        rows.append(row)
+        try:
+            spec = store.get(journal)
+            row.head = store.head(journal)
+        except JournalError:
+            continue
+        if row.head <= offset:
+            row.messages = 0
+            continue
+        states = [s for s in cp.states if s.journal == journal]
+        progress = Progress(f"counting what {consumer} has not read of {journal}")
+        it = ReadCommittedIter(store, journal, new_message_func(spec, proto),
+                               checkpoint=Checkpoint({journal: offset}, states),
+                               end_offset=row.head, skip_corrupt=True)
+        n = 0
+        try:
+            for env in it:
+                clock = get_clock(env.message.get_uuid())
+                if clock:
+                    at = clock_to_unix_ns(clock)
+                    if row.oldest_unread is None:
+                        row.oldest_unread = at
+                    row.newest = at
+                n += 1
+                progress.update(n)
+        finally:
+            it.close()
+            progress.done()
+        row.messages = n
+    return rows
+
+
+def _age(ns: int | None) -> str:
+    if ns is None:
+        return "-"
+    s = max(0.0, (time.time_ns() - ns) / 1e9)
+    if s < 60:
+        return f"{s:.1f}s"
+    if s < 3600:
+        return f"{int(s // 60)}m{int(s % 60):02d}s"
+    return f"{int(s // 3600)}h{int(s % 3600 // 60):02d}m"
+
+
+def _print(rows: list[_Row]) -> None:
+    cw = max([len("consumer")] + [len(r.consumer) for r in rows])
+    jw = max([len("journal")] + [len(r.journal) for r in rows])
+    print(f"{'consumer':{cw}}  {'journal':{jw}}  {'offset':>12}  {'head':>12}  {'bytes behind':>12}"
+          f"  {'messages':>9}  {'oldest unread':>13}  {'newest message':>14}")
+    for r in rows:
+        head = "gone" if r.head is None else f"{r.head}"
+        behind = "-" if r.head is None else f"{max(0, r.head - r.offset)}"
+        msgs = "-" if r.messages is None else f"{r.messages}"
+        print(f"{r.consumer:{cw}}  {r.journal:{jw}}  {r.offset:>12}  {head:>12}  {behind:>12}"
+              f"  {msgs:>9}  {_age(r.oldest_unread):>13}  {_age(r.newest):>14}")
+
+
+def cmd_lag(args: argparse.Namespace) -> int:
+    if args.shard_ids and not args.store:
+        raise UsageError("naming shards goes with --store")
+    with open_store(args) as store:
+        while True:
+            rows = [r for consumer, cp in _positions(args)
+                    for r in _measure(store, consumer, cp, args.proto)]
+            if args.json:
+                for r in rows:
+                    print(orjson.dumps(r.doc()).decode())
+            else:
+                if args.watch:
+                    print(dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+                if rows:
+                    _print(rows)
+                else:
+                    print("the consumer has read no journal yet")
+            sys.stdout.flush()
+            if not args.watch:
+                return 0
+            try:
+                time.sleep(args.watch)
+            except KeyboardInterrupt:
+                return 0
+            print()
