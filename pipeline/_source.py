@@ -26,6 +26,8 @@ Options (all strings, as Spark passes them):
 ``hash``               ``rendezvous``, ``mmh3`` (default) or ``fnv1a``
 ``sink_id``            streaming writes: the sink's identity (default: its target)
 ``starting_offsets``   streaming reads: ``earliest`` (default) or ``latest``
+``starting_time``      streaming reads: start at the first fragment written at or
+                       after this time (ISO-8601, or seconds since the epoch)
 ``prune_horizon``      streaming reads: forget producers idle this many seconds
                        (default 86400) relative to a journal's newest
 ``max_bytes_per_trigger``  streaming reads: at most this many bytes of journal a
@@ -44,6 +46,7 @@ the column ``content_<name>`` (see ``content_columns``).
 
 from __future__ import annotations
 
+import datetime
 import heapq
 import json
 import math
@@ -64,7 +67,11 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadMaxBytes,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from framing import (
@@ -257,6 +264,26 @@ def _positive_option(options: Mapping[str, str], name: str, what: str) -> int | 
     return n
 
 
+def _starting_time(options: Mapping[str, str]) -> float | None:
+    """The option ``starting_time`` as seconds since the epoch (None if not given)."""
+    text = options.get("starting_time")
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        t = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(
+            f"starting_time must be an ISO-8601 time or seconds since the epoch, not {text!r}"
+        ) from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=datetime.UTC)
+    return float(t.timestamp())
+
+
 def _max_bytes_per_trigger(options: Mapping[str, str]) -> int | None:
     return _positive_option(options, "max_bytes_per_trigger", "a positive number of bytes")
 
@@ -304,6 +331,7 @@ class JournalDataSource(DataSource):
 
     def schema(self) -> str:
         _max_bytes_per_trigger(self.options)  # a bad value fails load(), not a query later
+        _starting_time(self.options)
         ddl = content_columns(content_ddl(self.options))
         return f"{META_DDL}, {ddl}" if ddl else META_DDL
 
@@ -521,8 +549,14 @@ class _Range(InputPartition):
     states: str  # JSON of {producer: "last_ack:begin"}
 
 
-class SparkStreamReader(DataSourceStreamReader):
-    """``spark.readStream.format("journal")``: micro-batches of committed messages."""
+class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("journal")``: micro-batches of committed messages.
+
+    With ``Trigger.AvailableNow`` the query reads what its journals held when
+    it started (their write heads then: ``prepareForTriggerAvailableNow``),
+    in micro-batches bounded by ``max_bytes_per_trigger``, and stops.
+    ``reportLatestOffset`` gives Spark's progress reports the write heads
+    and the bytes between them and the last planned micro-batch."""
 
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         self.options = options
@@ -534,8 +568,25 @@ class SparkStreamReader(DataSourceStreamReader):
         if options.get("isolation", READ_COMMITTED).lower() != READ_COMMITTED:
             raise ValueError("streaming reads are read_committed")
         self.max_bytes = _max_bytes_per_trigger(options)
+        self.starting_time = _starting_time(options)
+        # Trigger.AvailableNow: the write heads when the query started.
+        self.targets: dict[str, int] | None = None
+        self.planned: dict[str, int] = {}  # the end offsets of the last planned micro-batch
         with self.where.open() as store:
             recover(store)
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 -- Spark's name
+        with self.where.open() as store:
+            self.targets = {
+                spec.name: store.head(spec.name) for spec in select_journals(store, self.options)
+            }
+
+    def reportLatestOffset(self) -> dict[str, Any]:  # noqa: N802 -- Spark's name
+        with self.where.open() as store:
+            heads = {spec.name: store.head(spec.name)
+                     for spec in select_journals(store, self.options)}
+        behind = sum(max(0, h - int(self.planned.get(name, 0))) for name, h in heads.items())
+        return {"offsets": heads, "bytes_behind": behind}
 
     def getDefaultReadLimit(self) -> Any:  # noqa: N802 -- Spark's name
         if self.max_bytes is None:
@@ -544,7 +595,14 @@ class SparkStreamReader(DataSourceStreamReader):
 
     def initialOffset(self) -> Offset:  # noqa: N802 -- Spark's name
         offset = empty_offset()
-        if self.options.get("starting_offsets", "earliest") == "latest":
+        if self.starting_time is not None:
+            # Fragment times: the embedded store's files, Gazette's begin_mod_time.
+            with self.where.open() as store:
+                for spec in select_journals(store, self.options):
+                    offset["offsets"][spec.name] = store.offset_since(
+                        spec.name, self.starting_time
+                    )
+        elif self.options.get("starting_offsets", "earliest") == "latest":
             with self.where.open() as store:
                 for spec in select_journals(store, self.options):
                     offset["offsets"][spec.name] = store.head(spec.name)
@@ -563,6 +621,10 @@ class SparkStreamReader(DataSourceStreamReader):
             for spec in select_journals(store, self.options):
                 begin = int(start["offsets"].get(spec.name, 0))
                 end = store.head(spec.name)
+                if self.targets is not None:
+                    # AvailableNow: nothing past the heads when the query began
+                    # (a journal that joined since has none).
+                    end = min(end, self.targets.get(spec.name, begin))
                 if end > begin:
                     ranges.append((spec.name, begin, end))
             for name, begin, end in ranges:
@@ -574,6 +636,7 @@ class SparkStreamReader(DataSourceStreamReader):
                 )
                 out["offsets"][name] = end
                 out["states"][name] = encode_states(states)
+        self.planned = {name: int(at) for name, at in out["offsets"].items()}
         return out
 
     def partitions(self, start: Offset, end: Offset) -> Sequence[InputPartition]:

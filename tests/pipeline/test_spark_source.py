@@ -414,6 +414,90 @@ def test_a_stream_over_a_selector_reads_journals_that_join_it(
     assert sorted(d["n"] for d in committed_docs(root, "dst")) == list(range(35))
 
 
+def test_available_now_stops_at_the_heads_when_the_query_began(tmp_path: Path) -> None:
+    """The reader's contract with Spark for Trigger.AvailableNow: after
+    prepareForTriggerAvailableNow, latestOffset goes (in bounded steps) to the
+    write heads of that moment and no further, whatever is appended later,
+    and a journal that joins the selector later is not read."""
+    from pyspark.sql.streaming.datasource import ReadMaxBytes
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from pipeline._source import SparkStreamReader
+
+    root = tmp_path / "store"
+    with LocalJournalStore(root) as store:
+        store.create("src/a", {**NDJSON, "app": "t"})
+        pub = Publisher(store)
+        for n in range(20):
+            pub.publish_committed(lambda d: ("src/a", "application/x-ndjson"),
+                                  JsonDocument(n=n)).result()
+        options = {"root": str(root), "selector": "app=t", "schema": "n long"}
+        r = SparkStreamReader(options, StructType([StructField("n", LongType())]))
+        r.prepareForTriggerAvailableNow()
+        head = store.head("src/a")
+        for n in range(20, 30):  # after the query began
+            pub.publish_committed(lambda d: ("src/a", "application/x-ndjson"),
+                                  JsonDocument(n=n)).result()
+        store.create("src/b", {**NDJSON, "app": "t"})
+        store.append("src/b", b'{"n": 99}\n').result()
+        offset = r.initialOffset()
+        steps = 0
+        while True:
+            nxt = r.latestOffset(offset, ReadMaxBytes(head // 5))
+            if nxt["offsets"] == offset["offsets"]:
+                break
+            assert nxt["offsets"]["src/a"] - offset["offsets"].get("src/a", 0) <= head // 5 + 64
+            offset, steps = nxt, steps + 1
+        assert offset["offsets"] == {"src/a": head} and steps >= 5
+        latest = r.reportLatestOffset()
+        assert latest["offsets"] == {"src/a": store.head("src/a"), "src/b": store.head("src/b")}
+        assert latest["bytes_behind"] == store.head("src/a") - head + store.head("src/b")
+
+
+def test_stream_starting_time_available_now_and_progress(spark: Any, tmp_path: Path) -> None:
+    """starting_time: the stream begins at the first fragment written since
+    (the earlier, sealed one is not read); Trigger.AvailableNow reads the rest
+    in micro-batches of at most max_bytes_per_trigger and stops by itself;
+    the progress reports carry the write heads (reportLatestOffset)."""
+    import time
+
+    root, ckpt = tmp_path / "store", tmp_path / "ckpt"
+    to_src = lambda d: ("src", "application/x-ndjson")  # noqa: E731
+    with LocalJournalStore(root) as store:
+        store.create("src", NDJSON)
+        store.create("dst", NDJSON)
+        pub = Publisher(store)
+        for n in range(10):
+            pub.publish_committed(to_src, JsonDocument(n=n)).result()
+        store.seal("src")
+        time.sleep(0.05)
+        since = time.time()
+        time.sleep(0.05)
+        for n in range(10, 30):
+            pub.publish_committed(to_src, JsonDocument(n=n)).result()
+        head = store.head("src")
+    with pytest.raises(Exception, match="starting_time must be"):
+        (spark.readStream.format("journal").option("root", str(root)).option("journal", "src")
+         .option("schema", "n long").option("starting_time", "yesterday").load())
+    src = (
+        spark.readStream.format("journal").option("root", str(root)).option("journal", "src")
+        .option("schema", "n long").option("starting_time", str(since))
+        .option("max_bytes_per_trigger", str(head // 8)).load()
+    )
+    q = (
+        src.where("flags != 2").select("n").writeStream.format("journal")
+        .option("root", str(root)).option("journal", "dst")
+        .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start()
+    )
+    assert q.awaitTermination(300)
+    progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    assert sorted(d["n"] for d in committed_docs(root, "dst")) == list(range(10, 30))
+    assert len(progress) >= 3
+    latest = progress[-1]["sources"][0]["latestOffset"]
+    latest = json.loads(latest) if isinstance(latest, str) else latest
+    assert latest["offsets"] == {"src": head}
+
+
 def reader_stream(spark: Any, root: Path) -> Any:
     return (
         spark.readStream.format("journal").option("root", str(root)).option("journal", "src")
