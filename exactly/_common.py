@@ -185,22 +185,34 @@ def envelope_doc(env: Any) -> dict[str, Any]:
 
 
 
+#: Without a terminal, a line every this many seconds of a long piece of work
+#: (``EXACTLY_PROGRESS_EVERY`` sets it).
+LOG_EVERY = float(os.environ.get("EXACTLY_PROGRESS_EVERY") or 10.0)
+
+
 class Progress:
-    """A progress line on stderr, redrawn at most a few times a second, and
-    only when stderr is a terminal (so that logs and pipes stay clean)."""
+    """Progress of a long piece of work, on stderr: on a terminal, a line
+    redrawn a few times a second (after the first second); otherwise (a log,
+    a pipe) a line every ``LOG_EVERY`` seconds, so that a long command is
+    never silent for a minute, and a short one prints nothing."""
 
     def __init__(self, what: str) -> None:
         self.what = what
         self.shown = False
-        self.enabled = sys.stderr.isatty()
-        self.next = time.monotonic() + 1.0
+        self.tty = sys.stderr.isatty()
+        self.next = time.monotonic() + (1.0 if self.tty else LOG_EVERY)
 
     def update(self, count: int) -> None:
-        if self.enabled and time.monotonic() >= self.next:
+        if time.monotonic() < self.next:
+            return
+        if self.tty:
             self.next = time.monotonic() + 0.25
             print(f"\r{self.what}: {count:,}", end="", file=sys.stderr, flush=True)
             self.shown = True
             SHOWN.add(self)
+        else:
+            self.next = time.monotonic() + LOG_EVERY
+            print(f"{self.what}: {count:,} so far", file=sys.stderr, flush=True)
 
     def done(self) -> None:
         if self.shown:

@@ -25,6 +25,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from exactly._common import Progress
 from journal import (
     CorruptJournalError,
     JournalClient,
@@ -66,7 +67,9 @@ def cmd_fsck(args: argparse.Namespace, client: JournalClient, out: Any = None) -
         print("exactly fsck: --repair works on a local store only; checking", file=sys.stderr)
     names = list(args.journals) or _journal_names(client)
     found = repaired = 0
-    for name in names:
+    journals = Progress(f"checking {len(names)} journals, done")
+    for done, name in enumerate(names):
+        journals.update(done)
         problems: list[JournalProblem] = []
         if isinstance(client, LocalJournalStore):
             try:
@@ -91,6 +94,7 @@ def cmd_fsck(args: argparse.Namespace, client: JournalClient, out: Any = None) -
             if pieces:
                 shown = ", ".join(os.path.basename(p) for p in pieces)
                 print(f"journal {name}: in quarantine (kept, not readable): {shown}", file=out)
+    journals.done()
     what = f"{found} problem{'s' if found != 1 else ''} found"
     left = found
     if found and args.repair and local:
@@ -182,9 +186,12 @@ def check_readable(client: JournalClient, name: str) -> list[JournalProblem]:
             except UnknownContentTypeError:
                 _read_bytes(client, name, skipped)  # no framing: bytes only
                 return problems
+            progress = Progress(f"reading {name}, frames")
             with it:
-                for _ in it:
-                    pass
+                for n, _ in enumerate(it, 1):
+                    if not n & 1023:
+                        progress.update(n)
+            progress.done()
     except (CorruptJournalError, OSError) as exc:
         problems.append(JournalProblem(name, getattr(exc, "path", None),
                                        getattr(exc, "offset", None),

@@ -284,3 +284,23 @@ def test_check_beside_a_busy_writer_finds_nothing(tmp_path: Path) -> None:
         stop.set()
         writer.join()
     assert checks > 5
+
+
+def test_long_checks_say_how_far_they_are(tmp_path: Path) -> None:
+    """Without a terminal, a long fsck prints a progress line every few
+    seconds (EXACTLY_PROGRESS_EVERY here makes it every millisecond) on
+    stderr; its report on stdout is unchanged."""
+    root = tmp_path / "store"
+    with LocalJournalStore(root) as s:
+        s.create("big/j", {"content-type": "application/x-ndjson"})
+        for i in range(5000):
+            s.append("big/j", _doc(i))
+        s.flush()
+    env = {**os.environ, "EXACTLY_PROGRESS_EVERY": "0.001"}
+    r = subprocess.run([sys.executable, "-m", "exactly", "--root", str(root), "fsck"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "checked 1 journal: no problem found"
+    assert "reading big/j, frames: " in r.stderr and "so far" in r.stderr
+    quiet = run(root, "fsck")
+    assert quiet.returncode == 0 and "so far" not in quiet.stderr
