@@ -64,38 +64,43 @@ from ._spec import check_content_type as check_content_type
 from ._spec import validate_journal_name as validate_journal_name
 from ._tracking import PendingAppends as PendingAppends
 from ._tracking import TrackingClient as TrackingClient
-from ._transient import MAX_EMIT as MAX_EMIT
-from ._transient import RING_SIZE as RING_SIZE
-from ._transient import Transient as Transient
-from ._transient import TransientListener as TransientListener
 from ._watched import WatchedList as WatchedList
 
 if _typing.TYPE_CHECKING:
     from ._gazette.brokers import JournalRoute as JournalRoute
     from ._gazette.client import GazetteClient as GazetteClient
     from ._gazette.reader import GazetteReader as GazetteReader
+    from ._transient import MAX_EMIT as MAX_EMIT
+    from ._transient import RING_SIZE as RING_SIZE
+    from ._transient import Transient as Transient
+    from ._transient import TransientListener as TransientListener
 
 # The Gazette client loads grpc (tens of milliseconds) when first named, so
 # that programs on the embedded store never pay for it.
-_GAZETTE: _typing.Final = {
-    "GazetteClient": "client",
-    "GazetteReader": "reader",
-    "JournalRoute": "brokers",
+_LAZY: _typing.Final = {
+    "GazetteClient": "_gazette.client",
+    "GazetteReader": "_gazette.reader",
+    "JournalRoute": "_gazette.brokers",
+    # Transient messages load sockets and mmap: also when first named.
+    "TransientListener": "_transient",
+    "Transient": "_transient",
+    "MAX_EMIT": "_transient",
+    "RING_SIZE": "_transient",
 }
 
 
 if not _typing.TYPE_CHECKING:  # type checkers see the imports above, and no other name
 
     def __getattr__(name: str) -> _typing.Any:
-        module = _GAZETTE.get(name)
+        module = _LAZY.get(name)
         if module is None:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(_importlib.import_module(f"{__name__}._gazette.{module}"), name)
+        value = getattr(_importlib.import_module(f"{__name__}.{module}"), name)
         globals()[name] = value
         return value
 
     def __dir__() -> list[str]:
-        return sorted({*globals(), *_GAZETTE})
+        return sorted({*globals(), *_LAZY})
 
 __all__ = [
     # Values

@@ -90,7 +90,7 @@ from ._fragment import (
     slot_offset,
 )
 from ._spec import JournalSpec
-from ._sums import Batch, bad_batches, parse_batches, unchecked
+from ._sums import Batch, bad_batches, log_batches, unchecked
 
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
@@ -284,7 +284,7 @@ class _Checker:
         ``repair``, a fragment with a damaged batch is sealed (the sealed
         fragments' step repairs it): returns True then."""
         base = listing.opens.get(rec.begin)
-        batches = parse_batches(raw[RECORD_SIZE:], rec.begin, rec.end)
+        batches = log_batches(raw, RECORD_SIZE, rec.begin, rec.end)
         if base is None or not batches:
             return False
         try:
@@ -543,7 +543,7 @@ class _Checker:
                     name = sealed_name(rec.begin, rec.begin + cut, hashlib.sha1(
                         data[:cut], usedforsecurity=False).digest())
                     raw = _read_commit(self.jd) or b""
-                    mine = parse_batches(raw[RECORD_SIZE:], rec.begin, rec.begin + cut)
+                    mine = log_batches(raw, RECORD_SIZE, rec.begin, rec.begin + cut)
                     write_sums(self.jd, rec.begin, rec.begin + cut, mine)
                     os.rename(path, self.jd.file(name))
                     kept = f"[{rec.begin}, {rec.begin + cut}) kept in {name}; "

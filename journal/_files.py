@@ -55,7 +55,7 @@ from ._fragment import (
 )
 from ._labels import LabelSet
 from ._spec import JournalSpec
-from ._sums import Batch, pack_batches, parse_batches, read_log, settle_log
+from ._sums import Batch, OpenLog, pack_batches, parse_batches, read_log
 
 SPEC_FORMAT: Final = 1
 # Files are read and hashed in pieces of this size.
@@ -300,10 +300,10 @@ def open_batches(commit_fd: int, begin: int, end: int) -> list[Batch]:
     return read_log(commit_fd, RECORD_SIZE, begin, end)
 
 
-def settle_batches(commit_fd: int, rec: CommitRecord) -> int:
+def settle_batches(commit_fd: int, rec: CommitRecord) -> OpenLog:
     """Cut entries that are not the open fragment's from the commit record
-    file; return where the next one goes. The caller holds the lock."""
-    return settle_log(commit_fd, RECORD_SIZE, rec.begin, rec.end)
+    file; return the writer's hold on them. The caller holds the lock."""
+    return OpenLog.settle(commit_fd, RECORD_SIZE, rec.begin, rec.end)
 
 
 def read_sums(jd: JournalDir, begin: int, end: int) -> list[Batch]:

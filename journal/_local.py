@@ -30,7 +30,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Final, Self, final
+from typing import TYPE_CHECKING, Final, Self, final
 
 from ._append_queue import append_router, flush_queues
 from ._check import JournalProblem, check_journal, frame_cut, quarantine_files
@@ -83,10 +83,13 @@ from ._labels import LabelSelector, LabelSet, LabelsInit, parse_label_selector
 from ._local_reader import LocalJournalReader, StoreServices, open_reader
 from ._spec import AppendResult, JournalSpec, validate_journal_name
 from ._sums import bad_batches
-from ._transient import MAX_EMIT, Ring, TransientListener, emit, meeting_place
 from ._util import age_seconds
 from ._watch import Watcher
 from ._writer import JournalWriter
+
+if TYPE_CHECKING:
+    # Loaded by the first emit or listen (sockets, mmap): nothing else pays for it.
+    from ._transient import Ring, TransientListener
 
 #: Default size at which the open fragment is sealed. Fragments are the unit
 #: of retention and of parallel reads (a Spark task per fragment).
@@ -541,6 +544,8 @@ class LocalJournalStore:
         each in shared memory, and one that falls further behind loses the
         oldest (and counts them in its ``lost``). It follows every append
         that completed before the call."""
+        from ._transient import MAX_EMIT, emit
+
         self._check_open()
         data = bytes(data)
         e = self._emitting_to(name)
@@ -570,6 +575,8 @@ class LocalJournalStore:
             with self._lock:
                 self._emitting.pop(name, None)
             e.close()
+        from ._transient import Ring, meeting_place
+
         jd = self._dir(name)
         spec = read_spec(jd)
         fd = open_commit(jd)
@@ -594,6 +601,8 @@ class LocalJournalStore:
         the oldest, and counts them). Its ``read()`` gives a following reader
         that stops waiting when an emit can be handed out. Close it when
         done."""
+        from ._transient import TransientListener, meeting_place
+
         self._check_open()
         jd = self._dir(name)
         read_spec(jd)

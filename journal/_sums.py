@@ -11,18 +11,24 @@ the CRC-32C of its bytes (``google-crc32c``)::
     12      4     crc32c  u32 LE, CRC-32C of the batch's bytes
     16      4     check   u32 LE, CRC-32 of bytes 0..16 (a torn entry fails it)
 
-The open fragment's entries follow the commit record in ``@commit`` (from
-byte 64 on): the writer writes a batch's entry with the record that commits
-the batch, and one ``fdatasync`` makes both durable. Sealing a fragment
+The open fragment's entries live in ``@commit``, after the commit record:
+the writer writes a batch's entry with the record that commits the batch,
+and one ``fdatasync`` makes both durable. So that this sync writes one page
+of the file, as it did before entries existed, the newest entries are kept
+in the record's own page: bytes 64 to 4084 hold up to 201 of them, the
+*recent* run; when it is full, the writer appends it, whole, to the *spilled*
+runs from byte 4096 on, and starts the recent run again from byte 64 (one
+extra page written every 201 commits). The open fragment's entries are the
+spilled ones, then the recent ones that follow them. Sealing a fragment
 writes its entries to ``@sums-<begin>-<end>`` before renaming the fragment.
 
-Entries are read as a run: from the first, while each is valid, ends after
+Entries are read as runs: from the first, while each is valid, ends after
 the one before and lies inside the fragment. Bytes that no entry covers (a
 journal written before checksums existed, a power loss that kept a record
 and lost its entry, an append of 4 GiB or more) are *unchecked*: never
 reported as damage, never a reason to refuse a read. Entries of an older
-fragment (left in ``@commit`` by a crash just after a seal) end at or
-before the open fragment's begin and are cut by the next writer.
+fragment (left by a crash just after a seal), or recent ones already spilled,
+end at or before where the run they would continue begins: they end it.
 
 Everything here is pure or works on file descriptors; ``journal/_files.py``
 owns the files themselves.
@@ -40,9 +46,9 @@ import google_crc32c
 _ENTRY: Final = struct.Struct("<QII")
 _CHECK: Final = struct.Struct("<I")
 ENTRY_SIZE: Final = _ENTRY.size + _CHECK.size  # 20
-#: The writer extends the log with this many zero bytes at a time (zeroes
-#: are no valid entry: the run of entries ends at them).
-LOG_AHEAD: Final = 4000
+#: The spilled runs begin here, after the page of the commit record and of
+#: the recent run.
+SPILL_AT: Final = 4096
 #: Batches at least this long get no entry (their size does not fit).
 MAX_BATCH: Final = 1 << 32
 # Batches are read back in pieces of this size: small enough for the
@@ -97,24 +103,74 @@ def parse_batches(buf: bytes, begin: int, end: int) -> list[Batch]:
     return out
 
 
+def _runs(buf: bytes, record_size: int, begin: int, end: int) -> tuple[list[Batch], list[Batch]]:
+    spilled = parse_batches(buf[SPILL_AT:], begin, end)
+    at = spilled[-1].end if spilled else begin
+    return spilled, parse_batches(buf[record_size:SPILL_AT], at, end)
+
+
 def read_log(commit_fd: int, record_size: int, begin: int, end: int) -> list[Batch]:
-    """The open fragment's entries, from the commit record file (they follow
-    its ``record_size`` bytes), for a fragment holding ``[begin, end)``."""
+    """The open fragment's entries, from the commit record file (whose record
+    is ``record_size`` bytes), for a fragment holding ``[begin, end)``."""
     size = os.fstat(commit_fd).st_size
     if size <= record_size:
         return []
-    return parse_batches(os.pread(commit_fd, size - record_size, record_size), begin, end)
+    return log_batches(os.pread(commit_fd, size, 0), record_size, begin, end)
 
 
-def settle_log(commit_fd: int, record_size: int, begin: int, end: int) -> int:
-    """Cut what does not belong to the open fragment ``[begin, end)`` from the
-    log in the commit record file (entries of an older fragment, a torn or
-    uncommitted entry); return where the next entry goes. The caller holds
-    the journal's lock."""
-    keep = record_size + ENTRY_SIZE * len(read_log(commit_fd, record_size, begin, end))
-    if os.fstat(commit_fd).st_size > keep:
-        os.ftruncate(commit_fd, keep)
-    return keep
+def log_batches(buf: bytes, record_size: int, begin: int, end: int) -> list[Batch]:
+    """The open fragment's entries in ``buf``, the commit record file's bytes."""
+    spilled, recent = _runs(buf, record_size, begin, end)
+    return spilled + recent
+
+
+class OpenLog:
+    """The writer's hold on the open fragment's entries (see the module
+    docstring): where the next one goes. Made by ``settle``; the caller
+    holds the journal's lock."""
+
+    def __init__(self, fd: int, record_size: int, recent: list[bytes], spill_at: int) -> None:
+        self._fd = fd
+        self._record_size = record_size
+        self._room = (SPILL_AT - record_size) // ENTRY_SIZE
+        self._recent = recent
+        self._spill_at = spill_at
+
+    @classmethod
+    def settle(cls, fd: int, record_size: int, begin: int, end: int) -> OpenLog:
+        """Take the commit record file's entries as those of the open fragment
+        ``[begin, end)``: spilled runs past them (an older fragment's, a torn
+        one) are cut; in the recent area, what follows the recent run ends
+        any run (see the module docstring) and is written over in turn. The
+        page is filled out with zeroes the first time, so that the file's
+        size stays put while the recent run grows."""
+        size = os.fstat(fd).st_size
+        spilled, recent = _runs(os.pread(fd, size, 0), record_size, begin, end)
+        spill_at = SPILL_AT + ENTRY_SIZE * len(spilled)
+        if size > spill_at:
+            os.ftruncate(fd, spill_at)
+        elif size < SPILL_AT:
+            _write(fd, bytes(SPILL_AT - size), size)
+        packed = [pack_entry(b.end, b.end - b.begin, b.crc) for b in recent]
+        return cls(fd, record_size, packed, spill_at)
+
+    def add(self, entry: bytes) -> None:
+        """Write ``entry`` (not synced: the commit record's sync covers it)."""
+        if len(self._recent) == self._room:
+            run = b"".join(self._recent)
+            _write(self._fd, run, self._spill_at)
+            self._spill_at += len(run)
+            self._recent.clear()
+        _write(self._fd, entry, self._record_size + ENTRY_SIZE * len(self._recent))
+        self._recent.append(entry)
+
+
+def _write(fd: int, data: bytes, pos: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, pos)
+        view = view[n:]
+        pos += n
 
 
 def unchecked(batches: list[Batch], begin: int, end: int) -> list[tuple[int, int]]:

@@ -44,7 +44,7 @@ from ._files import (
 )
 from ._fragment import CommitRecord
 from ._spec import AppendResult
-from ._sums import LOG_AHEAD, entry_for
+from ._sums import OpenLog, entry_for
 
 LOG: Final = logging.getLogger("journal")
 
@@ -66,12 +66,8 @@ class JournalWriter(AppendQueue):
         self._commit_fd: int | None = None
         self._open_fd: int | None = None
         self._rec: CommitRecord | None = None
-        # Where the next batch checksum goes in the commit record file, and
-        # its size: entries go over zeroes written ahead (LOG_AHEAD at a
-        # time), so that most commits do not change the file's size, which
-        # would make its fdatasync a metadata write too.
-        self._log_pos = 0
-        self._log_size = 0
+        # The open fragment's batch checksums, in the commit record file.
+        self._log: OpenLog | None = None
 
     def forget_after_fork(self) -> None:
         """In a forked child: close inherited descriptors *without* unlocking,
@@ -188,18 +184,14 @@ class JournalWriter(AppendQueue):
             # The batch's checksum, made durable by the record's own sync.
             entry = entry_for(self._rec.end, data)
             if entry:
-                if self._log_pos + len(entry) > self._log_size:
-                    write_all(self._commit_fd, bytes(LOG_AHEAD), self._log_size)
-                    self._log_size += LOG_AHEAD
-                write_all(self._commit_fd, entry, self._log_pos)
-                self._log_pos += len(entry)
+                assert self._log is not None
+                self._log.add(entry)
             write_record(self._commit_fd, self._rec)
         return batch_results(self.jd.name, rec.end, chunk)
 
     def _settle_log(self) -> None:
         assert self._commit_fd is not None and self._rec is not None
-        self._log_pos = settle_batches(self._commit_fd, self._rec)
-        self._log_size = os.fstat(self._commit_fd).st_size
+        self._log = settle_batches(self._commit_fd, self._rec)
 
     def _seal(self) -> None:
         assert self._rec is not None and self._commit_fd is not None
@@ -219,6 +211,7 @@ class JournalWriter(AppendQueue):
                     os.close(fd)
                 setattr(self, attr, None)
         self._rec = None
+        self._log = None
 
 
 def _wrap(journal: str, err: BaseException) -> BaseException:
