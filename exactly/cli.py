@@ -103,25 +103,23 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--older-than", metavar="DURATION", help="e.g. 7d, 12h")
     t.set_defaults(func=cmd_journals_trim)
 
+    # What append and emit read: a journal's name, lines of input.
+    lines = _Parser(add_help=False)
+    lines.add_argument("name")
+    lines.add_argument("--file", "-f", help="read from this file instead of stdin")
+    lines.add_argument("--format", choices=("json", "lines"), default="json",
+                       help="json: one JSON object per line (default); lines: wrap each line "
+                            "as {\"text\": line}")
+
     a = sub.add_parser("append", help="publish stdin lines (JSON documents) to a journal",
-                       parents=common)
-    a.add_argument("name")
-    a.add_argument("--file", "-f", help="read from this file instead of stdin")
-    a.add_argument("--format", choices=("json", "lines"), default="json",
-                   help="json: one JSON object per line (default); lines: wrap each line "
-                        "as {\"text\": line}")
+                       parents=[*common, lines])
     a.add_argument("--transaction", action="store_true",
                    help="publish all lines as one transaction, committed at the end")
     a.set_defaults(func=cmd_append)
 
     e = sub.add_parser("emit", help="emit stdin lines to a journal's live followers, never "
                                     "stored (transient messages; the embedded store)",
-                       parents=common)
-    e.add_argument("name")
-    e.add_argument("--file", "-f", help="read from this file instead of stdin")
-    e.add_argument("--format", choices=("json", "lines"), default="json",
-                   help="json: one JSON object per line (default); lines: wrap each line "
-                        "as {\"text\": line}")
+                       parents=[*common, lines])
     e.set_defaults(func=cmd_emit)
 
     r = sub.add_parser("read", help="read messages as NDJSON with envelope metadata, or "

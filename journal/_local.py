@@ -580,10 +580,15 @@ class LocalJournalStore:
         jd = self._dir(name)
         spec = read_spec(jd)
         fd = open_commit(jd)
+        place = meeting_place(self._real_root, name)
         try:
             st = os.fstat(fd)
-            new = _Emitting(jd, spec, fd, (st.st_dev, st.st_ino),
-                            Ring(meeting_place(self._real_root, name)))
+            new = _Emitting(jd, spec, fd, (st.st_dev, st.st_ino), Ring(place))
+        except OSError as err:
+            os.close(fd)
+            raise JournalError(
+                f"cannot emit to {name!r}: {err} (emits go through {place})"
+            ) from err
         except BaseException:
             os.close(fd)
             raise
@@ -614,12 +619,15 @@ class LocalJournalStore:
             self._check_open()
             return open_reader(services, jd, offset, end_offset, True, listener)
 
-        return TransientListener(
-            name,
-            meeting_place(self._real_root, name),
-            wake=self._watcher.get(jd.path).notify,
-            reader=reader,
-        )
+        place = meeting_place(self._real_root, name)
+        try:
+            return TransientListener(
+                name, place, wake=self._watcher.get(jd.path).notify, reader=reader
+            )
+        except OSError as err:
+            raise JournalError(
+                f"cannot listen to {name!r}: {err} (emits go through {place})"
+            ) from err
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every append issued so far is resolved. Raises

@@ -152,6 +152,9 @@ class ReaderBase(io.RawIOBase):
                     limit = min(limit, self._end_offset - self._offset)
                     if limit <= 0:
                         return 0
+                if self._yield_to_transient():
+                    # An emit that follows only bytes already read goes first.
+                    return 0
                 token = self._token()
                 n = self._fill(mv[:limit])
                 if n > 0:

@@ -336,3 +336,31 @@ def test_uncommitted_reads_with_skip_corrupt_yield_emits_between_stored_frames(
         it.close()
     assert got == [(False, {"n": 1}), (True, {"ping": 1}), (False, {"n": 2})]
     assert it.skipped == 1 and it.transient_lost == 0
+
+
+def test_an_unusable_meeting_place_is_one_clear_error(tmp_path: Path) -> None:
+    """Emits go through $XDG_RUNTIME_DIR when it is usable: a file where the
+    meeting place's directory should be makes emit and listen fail with one
+    JournalError naming it, not an OSError from deep down."""
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    (runtime / f"exactly-transient-{os.getuid()}").write_text("not a directory")
+    env = {**ENV, "XDG_RUNTIME_DIR": str(runtime)}
+    code = (
+        "import sys\n"
+        "from journal import JournalError, LocalJournalStore\n"
+        "with LocalJournalStore(sys.argv[1]) as s:\n"
+        "    s.create('live/j', {'content-type': 'application/x-ndjson'})\n"
+        "    for call in (lambda: s.emit('live/j', b'{}\\n'), lambda: s.listen('live/j')):\n"
+        "        try:\n"
+        "            call()\n"
+        "        except JournalError as exc:\n"
+        "            print(exc)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "store")], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("cannot emit to 'live/j'") and str(runtime) in lines[0]
+    assert lines[1].startswith("cannot listen to 'live/j'")
