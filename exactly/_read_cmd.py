@@ -75,6 +75,9 @@ def cmd_read(args: argparse.Namespace) -> int:
             raise UsageError(f"journal {spec.name}: {exc}{hint}") from None
         finally:
             it.close()
+        if args.transient and it.transient_lost:
+            print(f"missed {counted(it.transient_lost, 'transient message')} (not keeping up)",
+                  file=sys.stderr)
         if it.skipped:
             ranges = it.skipped_ranges
             frames = it.skipped - len(ranges)

@@ -364,3 +364,34 @@ def test_an_unusable_meeting_place_is_one_clear_error(tmp_path: Path) -> None:
     assert len(lines) == 2
     assert lines[0].startswith("cannot emit to 'live/j'") and str(runtime) in lines[0]
     assert lines[1].startswith("cannot listen to 'live/j'")
+
+
+def test_cli_follower_says_how_many_emits_it_missed(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    exactly = [sys.executable, "-m", "exactly"]
+    with LocalJournalStore(root) as s:
+        s.create(J, NDJSON)
+    follower = subprocess.Popen(
+        [*exactly, "read", J, "--follow", "--transient", "--limit", "2", "--root", str(root)],
+        env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        with LocalJournalStore(root) as s:
+            while s.emit(J, b'{"ping": 1}\n') == 0 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(0.5)  # it takes the ping
+            os.kill(follower.pid, signal.SIGSTOP)
+            try:
+                pad = b"x" * 2000
+                for i in range(3000):
+                    s.emit(J, b'{"n": %d, "pad": "%s"}\n' % (i, pad))
+            finally:
+                os.kill(follower.pid, signal.SIGCONT)
+        out, err = follower.communicate(timeout=60)
+    finally:
+        follower.kill()
+    docs = [json.loads(x)["message"] for x in out.splitlines()]
+    assert docs[0]["ping"] == 1 and docs[1]["n"] > 0
+    missed = int(err.split("missed ")[1].split()[0].replace(",", ""))
+    assert missed == docs[1]["n"]  # everything before the first it got
