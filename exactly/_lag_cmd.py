@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -168,6 +170,26 @@ def _print(rows: list[_Row]) -> None:
 def cmd_lag(args: argparse.Namespace) -> int:
     if args.shard_ids and not args.store:
         raise UsageError("naming shards goes with --store")
+    if not args.watch:
+        return _lag_once(args)
+    # --watch ends on Ctrl-C or SIGTERM, between two refreshes (never in the
+    # middle of reading a store or a journal), with status 0; a second Ctrl-C
+    # interrupts at once.
+    stop = threading.Event()
+
+    def ask_to_stop(signum: int, _frame: object) -> None:
+        stop.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    previous = {sig: signal.signal(sig, ask_to_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _lag_once(args, stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _lag_once(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
     with open_store(args) as store:
         while True:
             rows = [r for consumer, cp in _positions(args)
@@ -183,10 +205,6 @@ def cmd_lag(args: argparse.Namespace) -> int:
                 else:
                     print("the consumer has read no journal yet")
             sys.stdout.flush()
-            if not args.watch:
-                return 0
-            try:
-                time.sleep(args.watch)
-            except KeyboardInterrupt:
+            if stop is None or stop.wait(args.watch):
                 return 0
             print()
