@@ -539,7 +539,7 @@ class LocalJournalStore:
         KiB — to every follower of journal ``name`` listening now
         (``listen``), in any process of this machine's user that has the
         store open; never stored, never in a later read, never counted in
-        offsets. Returns how many listeners there were. Never waits for a
+        offsets. Returns how many listeners take it. Never waits for a
         listener: the journal's latest emits (``RING_SIZE`` bytes) wait for
         each in shared memory, and one that falls further behind loses the
         oldest (and counts them in its ``lost``). It follows every append

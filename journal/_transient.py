@@ -54,7 +54,7 @@ import tempfile
 import threading
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, NamedTuple, Self
 
@@ -148,6 +148,13 @@ class Ring:
 
     # Reading (no lock) ---------------------------------------------------------
 
+    def settled_header(self) -> _Header:
+        """The header, read under the ring's lock (``locked``): no writer is at
+        work, even if the lock field is odd (one killed mid-write: the next
+        write makes it even again)."""
+        _, _, capacity, write_pos, next_seq, tail_pos, tail_seq = _HEADER.unpack_from(self._map)
+        return _Header(capacity, write_pos, next_seq, tail_pos, tail_seq)
+
     def header(self) -> _Header | None:
         """The header, or None while a writer is at work (look again later)."""
         m = self._map
@@ -182,8 +189,20 @@ class Ring:
 
     # Writing -------------------------------------------------------------------
 
-    def write(self, head: int, data: bytes) -> int:
-        """Add an emit (under the ring's lock); return its number."""
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the ring's lock: no emit is written meanwhile."""
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def write(self, head: int, data: bytes) -> list[str]:
+        """Add an emit, under the ring's lock; return the doorbells of the
+        listeners that will take it: those there under the same lock, which
+        listeners take to set up (so an emit counts exactly the listeners
+        that get it)."""
         m = self._map
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
@@ -208,26 +227,29 @@ class Ring:
                 m, 0, _MAGIC, lock | 1, capacity, write_pos + need, seq + 1, tail_pos, tail_seq
             )
             _U64.pack_into(m, _LOCK_AT, (lock | 1) + 1)
-            return int(seq)
+            return self._doorbells()
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
-    def ring_bells(self) -> int:
-        """Wake every listener (a one-byte datagram each, never waiting);
-        return how many there are."""
+    def _doorbells(self) -> list[str]:
         try:
             mtime = os.stat(self.place).st_mtime_ns
         except FileNotFoundError:
-            return 0
+            return []
         # The listing is kept while the directory's time says nothing changed;
         # file times are coarse (a few ms), so a recent one is not trusted.
         if mtime != self._bells[0] or time.time_ns() - mtime < _RECENT_NS:
             names = [n for n in os.listdir(self.place) if n.endswith(_BELL_SUFFIX)]
             self._bells = (mtime, [os.path.join(self.place, n) for n in names])
+        return self._bells[1]
+
+    def ring_bells(self, bells: list[str]) -> int:
+        """Wake the listeners of these doorbells (a one-byte datagram each,
+        never waiting); return how many are there."""
         if self._sender is None:
             self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         reached = 0
-        for path in self._bells[1]:
+        for path in bells:
             try:
                 self._sender.sendto(_BELL, socket.MSG_DONTWAIT, path)
                 reached += 1
@@ -268,15 +290,15 @@ class TransientListener:
         self._lost = 0
         self._closed = False
         self._ring = Ring(place)
-        # From the next emit on. Taken before the doorbell is up: an emitter
-        # that finds the doorbell wrote after this point, so every listener
-        # it counts gets its emit.
-        while (h := self._ring.header()) is None:
-            time.sleep(0.0001)
-        self._pos, self._seq = h.write_pos, h.next_seq
         self._bell = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._path = os.path.join(place, f"{os.getpid()}-{secrets.token_hex(6)}{_BELL_SUFFIX}")
-        self._bell.bind(self._path)
+        # The doorbell goes up, and the listener takes the emits from the next
+        # one on, under the ring's lock: an emit either comes before both (not
+        # taken, not counted) or after both (taken, and counted by emit()).
+        with self._ring.locked():
+            self._bell.bind(self._path)
+            h = self._ring.settled_header()
+        self._pos, self._seq = h.write_pos, h.next_seq
         self._bell.setblocking(False)
         self._wake_r, self._wake_w = os.pipe()
         self._thread = threading.Thread(target=self._run, name=f"transient-{journal}", daemon=True)
@@ -386,5 +408,4 @@ class TransientListener:
 def emit(ring: Ring, head: int, data: bytes) -> int:
     """Write ``data`` (emitted when the journal's committed end was ``head``)
     to the ring and wake every listener; return how many there are."""
-    ring.write(head, data)
-    return ring.ring_bells()
+    return ring.ring_bells(ring.write(head, data))

@@ -395,3 +395,37 @@ def test_cli_follower_says_how_many_emits_it_missed(tmp_path: Path) -> None:
     assert docs[0]["ping"] == 1 and docs[1]["n"] > 0
     missed = int(err.split("missed ")[1].split()[0].replace(",", ""))
     assert missed == docs[1]["n"]  # everything before the first it got
+
+
+def test_emit_counts_exactly_the_listeners_that_get_it(tmp_path: Path) -> None:
+    """Listeners come up while another thread emits: each emit's count is the
+    number of listeners that take it (a listener set up under the ring's
+    lock gets every emit from the next one on, and only those)."""
+    import threading
+
+    with LocalJournalStore(tmp_path / "store") as s:
+        s.create(J, NDJSON)
+        counts: dict[int, int] = {}
+        done = threading.Event()
+
+        def emitter() -> None:
+            for i in range(400):
+                counts[i] = s.emit(J, b'{"n": %d}\n' % i)
+            done.set()
+
+        t = threading.Thread(target=emitter)
+        listeners = []
+        t.start()
+        while not done.is_set() and len(listeners) < 25:
+            listeners.append(s.listen(J))
+            time.sleep(0.002)
+        t.join(60)
+        got: dict[int, int] = {}
+        for listener in listeners:
+            for tr in listener.take():
+                n = json.loads(tr.data)["n"]
+                got[n] = got.get(n, 0) + 1
+            assert listener.lost == 0
+            listener.close()
+    assert {i: got.get(i, 0) for i in range(400)} == counts
+    assert len(set(counts.values())) > 1  # listeners came up while it emitted
