@@ -16,7 +16,6 @@ import argparse
 import datetime as dt
 import signal
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -143,6 +142,14 @@ def _measure(store: Any, consumer: str, cp: Any, proto: str | None) -> list[_Row
     return rows
 
 
+def _sleep_unless(stop: list[bool], seconds: float) -> bool:
+    """Sleep ``seconds`` unless ``stop[0]`` becomes true first; return it."""
+    deadline = time.monotonic() + seconds
+    while not stop[0] and (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, 0.05))
+    return stop[0]
+
+
 def _age(ns: int | None) -> str:
     if ns is None:
         return "-"
@@ -175,10 +182,12 @@ def cmd_lag(args: argparse.Namespace) -> int:
     # --watch ends on Ctrl-C or SIGTERM, between two refreshes (never in the
     # middle of reading a store or a journal), with status 0; a second Ctrl-C
     # interrupts at once.
-    stop = threading.Event()
+    # The handler only sets a flag: it runs between two bytecodes of the main
+    # thread, which may be holding any lock (an Event's, say) at that moment.
+    stop = [False]
 
     def ask_to_stop(signum: int, _frame: object) -> None:
-        stop.set()
+        stop[0] = True
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
     previous = {sig: signal.signal(sig, ask_to_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -189,7 +198,7 @@ def cmd_lag(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
 
 
-def _lag_once(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
+def _lag_once(args: argparse.Namespace, stop: list[bool] | None = None) -> int:
     with open_store(args) as store:
         while True:
             rows = [r for consumer, cp in _positions(args)
@@ -205,6 +214,6 @@ def _lag_once(args: argparse.Namespace, stop: threading.Event | None = None) -> 
                 else:
                     print("the consumer has read no journal yet")
             sys.stdout.flush()
-            if stop is None or stop.wait(args.watch):
+            if stop is None or _sleep_unless(stop, args.watch):
                 return 0
             print()

@@ -158,7 +158,12 @@ def test_lag_table_watch_and_mistakes(served: Path) -> None:
                 break
     finally:
         watch.send_signal(2)  # SIGINT: it stops between two refreshes
-        watch.communicate(timeout=60)  # (reading what it still prints)
+        try:
+            watch.communicate(timeout=60)  # (reading what it still prints)
+        except subprocess.TimeoutExpired:
+            watch.kill()
+            watch.communicate()
+            raise
     assert watch.returncode == 0
     for args, error in (
         (["--store", "state.db", "nope"], "no shard nope"),
