@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml setup.py message/_native.c $(wildcard message/_native_s
 	@echo "The first time, this downloads about 400 MB: a minute or more. Progress below."
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install -e '.[spark,test,postgres]'
+	$(BIN)/pip install -e '.[spark,test,postgres,metrics]'
 	@echo "$(VENV) is ready."
 	touch $(STAMP)
 

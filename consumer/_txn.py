@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Final
 
-from journal import JournalNotFoundError, TrackingClient
+from journal import JournalNotFoundError, TrackingClient, metrics
 from message import (
     Checkpoint,
     CommittedSource,
@@ -42,6 +42,8 @@ from message import (
     Flags,
     ProducerState,
     Publisher,
+    clock_to_unix_ns,
+    get_clock,
     get_flags,
 )
 
@@ -117,6 +119,10 @@ class ShardLoop:
         self._other_offsets: dict[str, int] = {}
         self._other_states: list[ProducerState] = []
         self._next: Callable[[float | None], Envelope | None] = _not_started
+        # With metrics on: the last envelope consumed of each source, and
+        # when each source's write head was last asked for (and what it was).
+        self._last: dict[str, Envelope] = {}
+        self._heads: dict[str, tuple[float, int]] = {}
 
     # -- control, from the runner's thread ------------------------------------
 
@@ -149,6 +155,8 @@ class ShardLoop:
         except BaseException as exc:
             self.error = exc
             log.error("shard %s stopped: %s", self.spec.id, _describe(exc))
+            if isinstance(exc, FencedError):
+                metrics.record_fenced(self.spec.id)
         finally:
             self._shutdown()
             self.finished = True
@@ -230,6 +238,7 @@ class ShardLoop:
         while True:
             consume(shard, store, env, publisher)
             count += 1
+            last = env
             now = monotonic()
             if now >= max_end or self._stop:
                 break
@@ -240,6 +249,7 @@ class ShardLoop:
                 env = nxt(min_end - now)
                 if env is None:
                     break
+        self._last[last.journal.name] = last  # (and at the end of each source's turn)
         self._commit(count, began)
         return True
 
@@ -269,6 +279,7 @@ class ShardLoop:
                 assert it is not None
                 committed_by = it.sequencer.committed_by
                 left = TURN
+                env = None
                 for env in it:
                     # Only the envelope that commits a sequence can be its ACK.
                     if env is committed_by() and _is_ack(env):
@@ -280,6 +291,8 @@ class ShardLoop:
                         break
                 else:
                     src.ended()
+                if env is not None:
+                    self._last[src.journal] = env
                 continue
             # Every source has handed over all there was.
             if self._failure is not None:
@@ -362,12 +375,42 @@ class ShardLoop:
             append(i.journal, i.intent)
         self.transactions += 1
         self.messages += count
+        if metrics.enabled():
+            done = time.monotonic()
+            metrics.record_transaction(shard.id, count, done - began, done - committing)
+            self._record_lag(offsets)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "shard %s: transaction %d committed: %d messages, %.1f ms consuming,"
                 " %.1f ms committing", shard.id, self.transactions, count,
                 (committing - began) * 1e3, (time.monotonic() - committing) * 1e3,
             )
+
+    def _record_lag(self, offsets: dict[str, int]) -> None:
+        """With metrics on: how far behind each source the shard just
+        committed. Write heads are asked for at most once a second."""
+        head = getattr(self._client, "head", None)
+        if head is None:
+            return  # a client that cannot say (not a JournalStore)
+        now = time.monotonic()
+        for src in self._sources:
+            journal = src.journal
+            known = self._heads.get(journal)
+            if known is None or now - known[0] >= 1.0:
+                try:
+                    known = self._heads[journal] = (now, head(journal))
+                except Exception as exc:  # metrics never stop a shard
+                    log.debug("shard %s: no head of %s for metrics: %s",
+                              self.spec.id, journal, exc)
+                    continue
+            behind = max(0, known[1] - offsets.get(journal, 0))
+            seconds = 0.0
+            last = self._last.get(journal)
+            if behind and last is not None:
+                clock = get_clock(last.message.get_uuid())
+                if clock:
+                    seconds = max(0.0, (time.time_ns() - clock_to_unix_ns(clock)) / 1e9)
+            metrics.record_source_lag(self.spec.id, journal, behind, seconds)
 
     def _shutdown(self) -> None:
         """Release everything; on a failure, roll back the open transaction's

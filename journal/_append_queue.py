@@ -23,6 +23,7 @@ from functools import partial
 from itertools import accumulate, islice, repeat
 from typing import Final, TypeVar
 
+from . import metrics
 from ._errors import JournalClosedError, JournalError
 from ._future import AppendFuture, new_future
 from ._pending import NATIVE, Pending
@@ -83,6 +84,9 @@ class AppendQueue:
     Subclasses implement ``_write_batch`` and, if they hold resources between
     batches, ``_release_resources``.
     """
+
+    #: The ``client`` label of this queue's metrics (journal.metrics).
+    client_kind = "journal"
 
     def __init__(
         self,
@@ -264,6 +268,8 @@ class AppendQueue:
             data = [data[i] for i in live]
             batch.futures = [futures[i] for i in live]
         if batch.futures:
+            if metrics.enabled():
+                batch.started = time.perf_counter()
             batch.outcome = self._start_batch(data)
         return batch
 
@@ -271,8 +277,17 @@ class AppendQueue:
         if batch.outcome is not None:
             batch.results, batch.error = batch.outcome()
             batch.outcome = None
+            if batch.started:  # metrics were on when it was sent
+                self._record(batch)
         if batch.results and self._on_commit is not None:
             self._on_commit()  # Wake following readers first: the bytes are committed.
+
+    def _record(self, batch: _Batch) -> None:
+        results = batch.results
+        landed = results[-1].end - results[0].begin if results else 0
+        metrics.record_batch(self.client_kind, self.journal, len(results), landed,
+                             time.perf_counter() - batch.started,
+                             len(batch.futures) - len(results))
 
     def _resolve(self, batch: _Batch) -> None:
         AppendFuture.resolve_all(batch.futures, batch.results, batch.error)
@@ -291,7 +306,8 @@ class AppendQueue:
 class _Batch:
     """One batch of the queue: its futures, then its outcome."""
 
-    __slots__ = ("count", "error", "first_seq", "futures", "live", "outcome", "results")
+    __slots__ = ("count", "error", "first_seq", "futures", "live", "outcome", "results",
+                 "started")
 
     def __init__(self, count: int, first_seq: int, live: list[int] | None,
                  futures: list[AppendFuture[AppendResult]]) -> None:
@@ -302,6 +318,7 @@ class _Batch:
         self.outcome: Callable[[], tuple[list[AppendResult], BaseException | None]] | None = None
         self.results: list[AppendResult] = []
         self.error: BaseException | None = None
+        self.started = 0.0  # perf_counter() when sent, with metrics on
 
 
 def flush_queues(queues: Iterable[AppendQueue], timeout: float | None) -> None:

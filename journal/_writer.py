@@ -55,6 +55,8 @@ _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 class JournalWriter(AppendQueue):
     """The append queue and writer thread of one journal in one store."""
 
+    client_kind = "local"
+
     def __init__(
         self, jd: JournalDir, *, fragment_size: int, on_commit: Callable[[], None]
     ) -> None:

@@ -24,7 +24,9 @@ from types import ModuleType
 from typing import Any
 
 from framing import framing_by_content_type
+from journal import metrics
 
+from . import _counts
 from ._envelope import Envelope, ProducerState
 from ._errors import MustStartReplay, ReplayError
 from ._publisher import AckIntent
@@ -78,3 +80,8 @@ IMPLEMENTATION = "python" if NATIVE is None else "native"
 
 Sequencer: type[PySequencer] = PySequencer if NATIVE is None else NATIVE.Sequencer
 Publisher: type[PyPublisher] = PyPublisher if NATIVE is None else NATIVE.Publisher
+
+
+metrics.counter_source(
+    lambda: _counts.totals(None if NATIVE is None else NATIVE.counts())
+)

@@ -75,7 +75,18 @@ split_uuid(PyObject *module, PyObject *v)
                          (unsigned long long)(lo & PRODUCER_MASK));
 }
 
+/* counts() -> the COUNTS fields, in order, as a tuple of ints. */
+static PyObject *
+counts(PyObject *module, PyObject *Py_UNUSED(ignored))
+{
+    return Py_BuildValue("(KKKKKK)", COUNTS.published, COUNTS.begun, COUNTS.committed,
+                         COUNTS.rolled_back, COUNTS.duplicates, COUNTS.rollbacks);
+}
+
 static PyMethodDef module_methods[] = {
+    {"counts", counts, METH_NOARGS,
+     "counts() -> (published, begun, committed, rolled_back, duplicates, rollbacks): what "
+     "the native Publishers and Sequencers counted so far (message/_counts.py)."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(envelope, producer_state, must_start_replay, replay_error, uuid_int_of, "
      "json_uuid_int, horizon_units, warn_unknown_flags, warn_old_ack): what the core takes "

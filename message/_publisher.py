@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Final
 from framing import Framing, framing_by_content_type
 from journal import JournalError
 
+from ._counts import COUNTS
 from ._interfaces import MappingFunc, Message
 from ._uuid import Clock, Flags, build_uuid, new_producer_id
 from .layout import UUID_EPOCH_OFFSET as _EPOCH
@@ -153,6 +154,7 @@ class Publisher:
                 self._join_transaction(journal, msg, clock)
             else:
                 self._last_commit[journal] = clock
+            COUNTS.published += 1
         finally:
             lock.release()
         return future
@@ -204,12 +206,15 @@ class Publisher:
             first = self._clock.advance(count)
             future = self._client.append(journal, frame(first))
             self._join_transaction(journal, ack, first)
+            COUNTS.published += count
         return future
 
     def _join_transaction(self, journal: str, msg: Message, clock: int) -> None:
         """Under the lock: ``journal`` has a message of the open transaction
         with ``clock``, the first of its messages there unless it has one."""
         if journal not in self._pending:
+            if not self._pending:
+                COUNTS.begun += 1
             self._pending[journal] = msg
             # A reader that never saw this producer in the journal starts it
             # at (first clock - 1): roll back to that.
@@ -229,6 +234,11 @@ class Publisher:
                 ack.set_uuid(build_uuid(self._producer, clock, Flags.ACK_TXN))
                 content_type = self._client.get(journal).content_type or ""
                 out.append(AckIntent(journal, self._framing(content_type).marshal(ack)))
+            if self._pending:
+                if rollback:
+                    COUNTS.rolled_back += 1
+                else:
+                    COUNTS.committed += 1
             self._pending.clear()
             self._txn_base.clear()
             return out

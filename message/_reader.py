@@ -20,7 +20,7 @@ from framing import (
     TruncatedFrameError,
     framing_by_content_type,
 )
-from journal import CorruptJournalError, JournalError, OffsetTracker
+from journal import CorruptJournalError, JournalError, OffsetTracker, metrics
 
 from . import _core
 from ._checkpoint import Checkpoint
@@ -30,6 +30,7 @@ from ._errors import MustStartReplay
 from ._interfaces import NewMessageFunc
 from ._sequencer import Sequencer
 from ._sequencer import Sequencer as PySequencer
+from ._spans import report_open_spans
 
 if TYPE_CHECKING:
     import datetime
@@ -454,6 +455,7 @@ class ReadCommittedIter(_EnvelopeIter):
                 sequencer.restore(checkpoint.states)
             offset = checkpoint.offsets.get(journal, offset)
             self._base_offsets = dict(checkpoint.offsets)
+        self._own_sequencer = sequencer is None
         self.sequencer = _new_sequencer() if sequencer is None else sequencer
         self._uncommitted = ReadUncommittedIter(
             client, journal, new_message, offset=offset, end_offset=end_offset,
@@ -515,6 +517,7 @@ class ReadCommittedIter(_EnvelopeIter):
 
     def _start_replay(self, begin: int, end: int) -> ReadUncommittedIter:
         self.replays += 1
+        metrics.record_replay(self._journal, end - begin)
         return self._replay_iter(begin, end)
 
     def _replay_iter(self, begin: int, end: int) -> ReadUncommittedIter:
@@ -546,12 +549,16 @@ class ReadCommittedIter(_EnvelopeIter):
         offsets = dict(self._base_offsets)
         # Past the last envelope queued: the uncommitted iterator's position.
         offsets[self._journal] = inflight[1] if inflight is not None else self._uncommitted.offset
+        if metrics.enabled():
+            report_open_spans(self.sequencer, self._client, self._new_message, states)
         return Checkpoint(offsets, states)
 
     def close(self) -> None:
         """Stop reading and release the journal reader."""
         super().close()
         self._uncommitted.close()
+        if self._own_sequencer:
+            metrics.forget_open_spans(self.sequencer)
 
 
 def _listen(client: JournalClient, journal: str, block: bool) -> TransientListener:

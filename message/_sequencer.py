@@ -44,6 +44,7 @@ import datetime
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 
+from ._counts import COUNTS
 from ._envelope import Envelope, ProducerState
 from ._errors import MustStartReplay, ReplayError
 from ._uuid import UUID_INT_OF as _UUID_INT
@@ -207,6 +208,7 @@ class Sequencer:
         if flags == _CONTINUE:
             if clock <= p.max_clock:  # max_clock >= last_ack, always
                 self._seq = seq - 1  # duplicate: dropped, takes no slot
+                COUNTS.duplicates += 1
                 return True
             if p.begin == -1:
                 p.begin = env.begin
@@ -220,6 +222,10 @@ class Sequencer:
                 self._seq = seq - 1  # roll-back: dropped, takes no slot
                 if clock < p.last_ack:
                     warn_old_ack(key[1], key[0], env.begin)
+                if p.begin != -1:
+                    COUNTS.rollbacks += 1  # an open span discarded
+                else:
+                    COUNTS.duplicates += 1  # an ACK read again
                 p.last_ack = p.max_clock = clock
                 p.begin = -1
                 p.entries = []
@@ -236,6 +242,7 @@ class Sequencer:
                 warn_unknown_flags(flags, key[0], env.begin)
             if not outside_commits(clock, p.last_ack):
                 self._seq = seq - 1  # duplicate: dropped, takes no slot
+                COUNTS.duplicates += 1
                 return True
             # Commits itself (the common case: reuse one list rather than
             # allocate one per envelope); an open span (mixed committed and

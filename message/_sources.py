@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from journal import JournalError, OffsetNotYetAvailableError
+from journal import JournalError, OffsetNotYetAvailableError, metrics
 
 from ._checkpoint import Checkpoint
 from ._reader import ReadCommittedIter
@@ -229,3 +229,4 @@ class CommittedSource:
         if self.it is not None:
             self.it.close()
             self.it = None
+        metrics.forget_open_spans(self.sequencer)

@@ -22,6 +22,7 @@ reads are split and writes committed.
 from ._latest import COMMIT_ORDER as COMMIT_ORDER
 from ._latest import latest_by_key as latest_by_key
 from ._latest import materialize_latest as materialize_latest
+from ._metrics import StreamingMetrics as StreamingMetrics
 from ._register import cluster_session as cluster_session
 from ._register import local_session as local_session
 from ._register import register as register
@@ -33,4 +34,5 @@ from ._write import recover as recover
 __all__ = [
     "register", "local_session", "cluster_session", "JournalDataSource", "StoreOptions", "recover",
     "latest_by_key", "materialize_latest", "COMMIT_ORDER", "committed_position",
+    "StreamingMetrics",
 ]

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import message
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +48,20 @@ def test_readme_python_example_runs(tmp_path: Path) -> None:
         result = subprocess.run(
             [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        assert result.returncode == 0, result.stderr
+
+
+def test_operations_python_example_runs(tmp_path: Path) -> None:
+    """docs/operations.md's metrics example runs as written."""
+    pytest.importorskip("prometheus_client")
+    text = (ROOT / "docs" / "operations.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks
+    for code in blocks:
+        result = subprocess.run(
+            [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120,
         )
         assert result.returncode == 0, result.stderr
 

@@ -8,6 +8,8 @@
 - read-committed over read-uncommitted (target 0.8);
 - read-committed with every batch checked against its CRC-32C
   (``verify_checksums``) over the same without (target 0.97);
+- durable publishing and read-committed with metrics on (journal.metrics,
+  in a registry of its own) over the same with metrics off (target 0.97);
 - follow latency, append to delivery, of a blocking read-committed reader.
 """
 
@@ -24,7 +26,7 @@ from typing import cast
 import orjson
 
 from exactly.benchmarks._harness import Result, interleaved
-from journal import LocalJournalStore, read_all
+from journal import LocalJournalStore, metrics, read_all
 from message import JsonDocument, Publisher, ReadCommittedIter, ReadUncommittedIter
 
 J = "bench/ndjson"
@@ -63,6 +65,49 @@ def _raw_append(root: Path, frames: list[bytes]) -> float:
             store.append(J, f)
         store.flush()
         return time.perf_counter() - t0
+
+
+def _metrics_on_vs_off(root: Path, n: int) -> list[Result]:
+    """Durable publishing, and read-committed, with metrics on beside off,
+    interleaved (nothing where prometheus-client is not installed)."""
+    try:
+        from prometheus_client import CollectorRegistry
+    except ImportError:
+        return []
+    registry = CollectorRegistry()
+    runs = iter(range(1_000_000))
+
+    def metered(fn: Callable[[], object], on: bool) -> Callable[[], None]:
+        def go() -> None:
+            if on:
+                metrics.enable(registry)
+            try:
+                fn()
+            finally:
+                metrics.disable()
+
+        return go
+
+    def publish() -> None:
+        _publish(root / f"m{next(runs)}", n)
+
+    pub = interleaved({"off": metered(publish, False), "on": metered(publish, True)}, repeat=5)
+    with LocalJournalStore(root / "p0") as store:
+
+        def committed() -> None:
+            with ReadCommittedIter(store, J, _new_doc) as it:
+                for _ in it:
+                    pass
+                it.checkpoint()
+
+        read = interleaved({"off": metered(committed, False), "on": metered(committed, True)},
+                           repeat=5)
+    return [
+        Result("publish_committed, durable, metrics on", n / pub["on"], "msg/s",
+               baseline_name="metrics off", baseline=n / pub["off"], target=0.97),
+        Result("read committed, metrics on", n / read["on"], "msg/s",
+               baseline_name="metrics off", baseline=n / read["off"], target=0.97),
+    ]
 
 
 def _follow_latency(root: Path, count: int) -> list[float]:
@@ -138,6 +183,7 @@ def run(scale: float) -> list[Result]:
             verified = interleaved(
                 {"plain": reads_through(plain), "verified": reads_through(checking)}, repeat=3
             )
+        metered = _metrics_on_vs_off(root, n)
         lat = sorted(_follow_latency(root / "f", max(50, int(500 * scale))))
     size = len(data) / len(lines)
     return [
@@ -151,6 +197,7 @@ def run(scale: float) -> list[Result]:
                baseline_name="uncommitted", baseline=n / read["u"], target=0.8),
         Result("read committed, batch checksums verified", n / verified["verified"], "msg/s",
                baseline_name="not verified", baseline=n / verified["plain"], target=0.97),
+        *metered,
         Result("follow latency p50", statistics.median(lat) * 1e3, "ms",
                target=100, higher_is_better=False),
         Result("follow latency p99", lat[int(len(lat) * 0.99) - 1] * 1e3, "ms",

@@ -40,6 +40,7 @@ class GazetteAppender(AppendQueue):
     committed, so batches land in order even when one must be retried."""
 
     _overlap = True
+    client_kind = "gazette"
 
     def __init__(self, journal: str, brokers: Brokers, *, max_batch_bytes: int) -> None:
         super().__init__(journal, max_batch_bytes=max_batch_bytes)

@@ -28,6 +28,15 @@ flags_of(uint64_t lo)
     return (unsigned)((lo >> FLAGS_SHIFT) & FLAGS_MASK);
 }
 
+/* -- what the components count (journal.metrics reads it through counts()) --
+
+ * Plain integers, touched under the GIL, per message where that is where
+ * they happen; message/_counts.py counts the same for the Python
+ * implementation, in the same order of fields. */
+static struct {
+    unsigned long long published, begun, committed, rolled_back, duplicates, rollbacks;
+} COUNTS;
+
 /* -- across Python versions ---------------------------------------------- */
 
 /* getattr(obj, name, None) without raising AttributeError: 1 and *out set,

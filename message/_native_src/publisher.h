@@ -407,6 +407,9 @@ join_transaction(Publisher *p, PyObject *journal, PyObject *msg, uint64_t clock)
     if (known != 0) {
         return known < 0 ? -1 : 0;
     }
+    if (PyDict_GET_SIZE(p->pending) == 0) {
+        COUNTS.begun++;
+    }
     /* A reader that never saw this producer in the journal starts it at
      * (first clock - 1): roll back to that. */
     PyObject *base = PyDict_GetItemWithError(p->last_commit, journal);
@@ -489,6 +492,9 @@ publish(Publisher *p, PyObject *mapping, PyObject *msg, unsigned flags)
     if (rc < 0) {
         Py_CLEAR(future);
     }
+    else {
+        COUNTS.published++;
+    }
 done:
     PyThread_release_lock(p->lock);
     Py_XDECREF(clock_obj);
@@ -560,6 +566,9 @@ publisher_publish_uncommitted_frames(Publisher *p, PyObject *const *args, Py_ssi
     if (join_transaction(p, journal, ack, first) < 0) {
         Py_CLEAR(future);
     }
+    else {
+        COUNTS.published += (unsigned long long)count;
+    }
 done:
     PyThread_release_lock(p->lock);
     Py_XDECREF(first_obj);
@@ -629,6 +638,14 @@ intents(Publisher *p, int rollback)
             goto fail;
         }
         Py_DECREF(intent);
+    }
+    if (PyDict_GET_SIZE(p->pending)) {
+        if (rollback) {
+            COUNTS.rolled_back++;
+        }
+        else {
+            COUNTS.committed++;
+        }
     }
     PyDict_Clear(p->pending);
     PyDict_Clear(p->txn_base);

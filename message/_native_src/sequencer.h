@@ -481,6 +481,7 @@ seq_queue_parts(Sequencer *s, PyObject *env, PyObject *msg, PyObject *spec, long
     }
     if (flags == CONTINUE_TXN) {
         if (clock <= p->max_clock) {
+            COUNTS.duplicates++;
             return 1; /* duplicate: dropped, takes no slot (max_clock >= last_ack) */
         }
         if (entries_append(p, seq, clock, begin, env) < 0) {
@@ -507,6 +508,12 @@ seq_queue_parts(Sequencer *s, PyObject *env, PyObject *msg, PyObject *spec, long
                     return -1;
                 }
             }
+            if (p->begin != -1) {
+                COUNTS.rollbacks++; /* an open span discarded */
+            }
+            else {
+                COUNTS.duplicates++; /* an ACK read again */
+            }
             p->last_ack = p->max_clock = clock;
             p->begin = -1;
             entries_clear(p);
@@ -531,6 +538,7 @@ seq_queue_parts(Sequencer *s, PyObject *env, PyObject *msg, PyObject *spec, long
             }
         }
         if (clock <= p->last_ack) {
+            COUNTS.duplicates++;
             return 1; /* duplicate: dropped, takes no slot */
         }
         /* Commits itself; an open span (mixed committed and transactional

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from journal import JournalClient, LocalJournalStore
+from journal import JournalClient, LocalJournalStore, metrics
 from message import (
     Flags,
     JsonDocument,
@@ -458,8 +458,13 @@ def test_stream_starting_time_available_now_and_progress(spark: Any, tmp_path: P
     """starting_time: the stream begins at the first fragment written since
     (the earlier, sealed one is not read); Trigger.AvailableNow reads the rest
     in micro-batches of at most max_bytes_per_trigger and stops by itself;
-    the progress reports carry the write heads (reportLatestOffset)."""
+    the progress reports carry the write heads (reportLatestOffset), and
+    pipeline.StreamingMetrics records the rows of each micro-batch."""
     import time
+
+    from prometheus_client import CollectorRegistry
+
+    import pipeline
 
     root, ckpt = tmp_path / "store", tmp_path / "ckpt"
     to_src = lambda d: ("src", "application/x-ndjson")  # noqa: E731
@@ -484,18 +489,35 @@ def test_stream_starting_time_available_now_and_progress(spark: Any, tmp_path: P
         .option("schema", "n long").option("starting_time", str(since))
         .option("max_bytes_per_trigger", str(head // 8)).load()
     )
-    q = (
-        src.where("flags != 2").select("n").writeStream.format("journal")
-        .option("root", str(root)).option("journal", "dst")
-        .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start()
-    )
-    assert q.awaitTermination(300)
-    progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
-    assert sorted(d["n"] for d in committed_docs(root, "dst")) == list(range(10, 30))
-    assert len(progress) >= 3
-    latest = progress[-1]["sources"][0]["latestOffset"]
-    latest = json.loads(latest) if isinstance(latest, str) else latest
-    assert latest["offsets"] == {"src": head}
+    registry = CollectorRegistry()
+    metrics.enable(registry)
+    listener = pipeline.StreamingMetrics()
+    spark.streams.addListener(listener)
+    try:
+        q = (
+            src.where("flags != 2").select("n").writeStream.format("journal")
+            .queryName("to_dst").option("root", str(root)).option("journal", "dst")
+            .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start()
+        )
+        assert q.awaitTermination(300)
+        progress = [p for p in q.recentProgress if p["numInputRows"] > 0]
+        assert sorted(d["n"] for d in committed_docs(root, "dst")) == list(range(10, 30))
+        assert len(progress) >= 3
+        latest = progress[-1]["sources"][0]["latestOffset"]
+        latest = json.loads(latest) if isinstance(latest, str) else latest
+        assert latest["offsets"] == {"src": head}
+        # The listener saw every micro-batch (its events come asynchronously).
+        query = {"query": "to_dst"}
+        deadline = time.monotonic() + 30
+        while (registry.get_sample_value("exactly_spark_sink_rows_total", query) != 20
+               and time.monotonic() < deadline):
+            time.sleep(0.1)
+        assert registry.get_sample_value("exactly_spark_source_rows_total", query) == 20
+        assert registry.get_sample_value("exactly_spark_sink_rows_total", query) == 20
+        assert registry.get_sample_value("exactly_spark_source_bytes_behind", query) == 0
+    finally:
+        spark.streams.removeListener(listener)
+        metrics.disable()
 
 
 def reader_stream(spark: Any, root: Path) -> Any:
