@@ -31,6 +31,7 @@ from ._interfaces import NewMessageFunc
 from ._sequencer import Sequencer
 from ._sequencer import Sequencer as PySequencer
 from ._spans import report_open_spans
+from ._uuid import clock_to_unix_ns, get_clock
 
 if TYPE_CHECKING:
     import datetime
@@ -550,8 +551,21 @@ class ReadCommittedIter(_EnvelopeIter):
         # Past the last envelope queued: the uncommitted iterator's position.
         offsets[self._journal] = inflight[1] if inflight is not None else self._uncommitted.offset
         if metrics.enabled():
-            report_open_spans(self.sequencer, self._client, self._new_message, states)
+            report_open_spans(self.sequencer, states, self._published_at)
         return Checkpoint(offsets, states)
+
+    def _published_at(self, journal: str, offset: int) -> int | None:
+        """When the message at ``offset`` of ``journal`` was published (ns
+        since the epoch), from its UUID; None if it cannot be read."""
+        try:
+            with ReadUncommittedIter(self._client, journal, self._new_message, offset=offset,
+                                     skip_corrupt=True) as it:
+                for env in it:
+                    clock = get_clock(env.message.get_uuid())
+                    return clock_to_unix_ns(clock) if clock else None
+        except JournalError:
+            return None
+        return None
 
     def close(self) -> None:
         """Stop reading and release the journal reader."""

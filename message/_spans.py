@@ -8,17 +8,12 @@ read once per transaction and remembered while it stays open."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable, Iterable
+from typing import Final
 
-from journal import JournalError, metrics
+from journal import metrics
 
 from ._envelope import ProducerState
-from ._interfaces import NewMessageFunc
-from ._uuid import clock_to_unix_ns, get_clock
-
-if TYPE_CHECKING:
-    from journal import JournalClient
 
 # (journal, producer, first offset) of each open transaction reported ->
 # when it began (ns since the epoch), None if its first message is unreadable.
@@ -27,10 +22,12 @@ _lock: Final = threading.Lock()
 
 
 def report_open_spans(
-    owner: object, client: JournalClient, new_message: NewMessageFunc,
-    states: Iterable[ProducerState],
+    owner: object, states: Iterable[ProducerState],
+    began_at: Callable[[str, int], int | None],
 ) -> None:
-    """Report ``states`` (a Sequencer's, ``owner``) to journal.metrics."""
+    """Report ``states`` (a Sequencer's, ``owner``) to journal.metrics;
+    ``began_at(journal, offset)`` reads when the message there was
+    published (ns since the epoch, None if unknown)."""
     per: dict[str, tuple[int, int | None, int]] = {}
     keys = []
     for st in states:
@@ -42,7 +39,7 @@ def report_open_spans(
                 known = key in _began
                 began = _began.get(key)
             if not known:
-                began = _began_at(client, new_message, st.journal, st.begin)
+                began = began_at(st.journal, st.begin)
                 with _lock:
                     _began[key] = began
             n += 1
@@ -56,18 +53,3 @@ def report_open_spans(
             del _began[key]
     metrics.record_open_spans(owner, per)
 
-
-def _began_at(client: JournalClient, new_message: NewMessageFunc, journal: str,
-              begin: int) -> int | None:
-    """When the message at ``begin`` of ``journal`` was published."""
-    from ._reader import ReadUncommittedIter
-
-    try:
-        with ReadUncommittedIter(client, journal, new_message, offset=begin,
-                                 skip_corrupt=True) as it:
-            for env in it:
-                clock = get_clock(env.message.get_uuid())
-                return clock_to_unix_ns(clock) if clock else None
-    except JournalError:
-        return None
-    return None
