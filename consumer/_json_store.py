@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from journal import fsync_dir
+from journal.durable import fsync_dir
 from message import Checkpoint, CheckpointError
 
 from ._errors import ConsumerError, FencedError, StoreError

@@ -26,7 +26,6 @@ AppendResult(journal='events/part-000', begin=0, end=9) b'{"n": 1}\n'
 import importlib as _importlib
 import typing as _typing
 
-from ._check import JournalProblem as JournalProblem
 from ._errors import AppendTooLargeError as AppendTooLargeError
 from ._errors import BrokerAuthError as BrokerAuthError
 from ._errors import BrokerError as BrokerError
@@ -40,25 +39,24 @@ from ._errors import JournalExistsError as JournalExistsError
 from ._errors import JournalNotFoundError as JournalNotFoundError
 from ._errors import LabelSelectorError as LabelSelectorError
 from ._errors import OffsetNotYetAvailableError as OffsetNotYetAvailableError
-from ._files import fsync_dir as fsync_dir
-from ._files import write_durably as write_durably
-from ._fragment import Fragment as Fragment
 from ._interfaces import JournalClient as JournalClient
 from ._interfaces import JournalReader as JournalReader
 from ._interfaces import JournalStore as JournalStore
 from ._labels import LabelSelector as LabelSelector
 from ._labels import LabelSet as LabelSet
 from ._labels import parse_label_selector as parse_label_selector
-from ._local import DEFAULT_FRAGMENT_SIZE as DEFAULT_FRAGMENT_SIZE
-from ._local import DEFAULT_MAX_APPEND_SIZE as DEFAULT_MAX_APPEND_SIZE
-from ._local import LocalJournalStore as LocalJournalStore
-from ._local_reader import LocalJournalReader as LocalJournalReader
+from ._local.check import JournalProblem as JournalProblem
+from ._local.reader import LocalJournalReader as LocalJournalReader
+from ._local.store import DEFAULT_FRAGMENT_SIZE as DEFAULT_FRAGMENT_SIZE
+from ._local.store import DEFAULT_MAX_APPEND_SIZE as DEFAULT_MAX_APPEND_SIZE
+from ._local.store import LocalJournalStore as LocalJournalStore
 from ._memory import MemoryJournalClient as MemoryJournalClient
 from ._memory import MemoryJournalReader as MemoryJournalReader
 from ._offsets import OffsetTracker as OffsetTracker
 from ._offsets import read_all as read_all
 from ._spec import CONTENT_TYPE_LABEL as CONTENT_TYPE_LABEL
 from ._spec import AppendResult as AppendResult
+from ._spec import Fragment as Fragment
 from ._spec import JournalSpec as JournalSpec
 from ._spec import check_content_type as check_content_type
 from ._spec import validate_journal_name as validate_journal_name
@@ -70,10 +68,10 @@ if _typing.TYPE_CHECKING:
     from ._gazette.brokers import JournalRoute as JournalRoute
     from ._gazette.client import GazetteClient as GazetteClient
     from ._gazette.reader import GazetteReader as GazetteReader
-    from ._transient import MAX_EMIT as MAX_EMIT
-    from ._transient import RING_SIZE as RING_SIZE
-    from ._transient import Transient as Transient
-    from ._transient import TransientListener as TransientListener
+    from ._local.transient import MAX_EMIT as MAX_EMIT
+    from ._local.transient import RING_SIZE as RING_SIZE
+    from ._local.transient import Transient as Transient
+    from ._local.transient import TransientListener as TransientListener
 
 # The Gazette client loads grpc (tens of milliseconds) when first named, so
 # that programs on the embedded store never pay for it.
@@ -82,10 +80,10 @@ _LAZY: _typing.Final = {
     "GazetteReader": "_gazette.reader",
     "JournalRoute": "_gazette.brokers",
     # Transient messages load sockets and mmap: also when first named.
-    "TransientListener": "_transient",
-    "Transient": "_transient",
-    "MAX_EMIT": "_transient",
-    "RING_SIZE": "_transient",
+    "TransientListener": "_local.transient",
+    "Transient": "_local.transient",
+    "MAX_EMIT": "_local.transient",
+    "RING_SIZE": "_local.transient",
 }
 
 
@@ -111,9 +109,6 @@ __all__ = [
     "validate_journal_name",
     "check_content_type",
     "AppendResult",
-    # Durable small files (as the store writes its own)
-    "write_durably",
-    "fsync_dir",
     "Fragment",
     "JournalProblem",
     "CONTENT_TYPE_LABEL",

@@ -108,3 +108,44 @@ def check_content_type(content_type: str) -> None:
             f"no framing reads {content_type!r} (registered: {', '.join(known)};"
             " a journal of raw bytes has no content-type label)",
         )
+
+
+#: The file extension of an uncompressed fragment (Gazette's content names).
+RAW_EXTENSION: Final = ".raw"
+
+
+def sealed_name(begin: int, end: int, sha1: bytes) -> str:
+    """Gazette's content name of a sealed, uncompressed fragment."""
+    return f"{begin:016x}-{end:016x}-{sha1.hex()}{RAW_EXTENSION}"
+
+
+@dataclass(frozen=True, slots=True)
+class Fragment:
+    """A contiguous piece ``[begin, end)`` of a journal and the file holding it.
+
+    For a sealed fragment the file holds exactly those bytes and is named
+    ``sealed_name(begin, end, sha1)``. For the open fragment (``sealed`` is
+    False) only the first ``end - begin`` bytes of the file are committed;
+    anything after them may be a write in progress and must not be read.
+    ``mtime`` is the file's modification time (seconds since the epoch).
+    """
+
+    journal: str
+    begin: int
+    end: int
+    path: str
+    sealed: bool
+    mtime: float
+    sha1: bytes | None = None
+
+    @property
+    def size(self) -> int:
+        """Number of committed content bytes."""
+        return self.end - self.begin
+
+    @property
+    def content_name(self) -> str | None:
+        """Gazette's content name of a sealed fragment; None for the open one."""
+        if not self.sealed or self.sha1 is None:
+            return None
+        return sealed_name(self.begin, self.end, self.sha1)

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING
 
 import orjson
 
-from journal import PendingAppends, fsync_dir, write_durably
+from journal import PendingAppends
+from journal.durable import fsync_dir, write_durably
 
 from ._errors import MessageError
 from ._interfaces import MappingFunc, Message

@@ -50,9 +50,8 @@ from .._errors import (
     JournalNotFoundError,
     OffsetNotYetAvailableError,
 )
-from .._fragment import Fragment
 from .._labels import LabelSelector, LabelSet, LabelsInit, parse_label_selector
-from .._spec import AppendResult, JournalSpec
+from .._spec import AppendResult, Fragment, JournalSpec
 from .._util import age_seconds, check_offsets
 from . import broker_pb2 as pb
 from . import wire

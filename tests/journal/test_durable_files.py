@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from journal import fsync_dir, write_durably
+from journal.durable import fsync_dir, write_durably
 
 
 def test_write_durably_replaces_the_file_whole_and_leaves_no_temporary(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Batch checksums: a byte changed in place is found, and repair keeps the rest.
 
-Every committed batch of appends has a CRC-32C (journal/_sums.py): the open
+Every committed batch of appends has a CRC-32C (journal/_local/sums.py): the open
 fragment's in the commit record file, a sealed fragment's in its
 ``@sums-<begin>-<end>`` file. Real bytes are flipped in real files here;
 ``check`` (``exactly fsck``) must name the batch, readers must refuse it when
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from journal import CorruptJournalError, LocalJournalStore
-from journal._files import JournalDir, open_batches, open_commit, read_record, read_sums
-from journal._sums import crc32c, unchecked
+from journal._local.files import JournalDir, open_batches, open_commit, read_record, read_sums
+from journal._local.sums import crc32c, unchecked
 from message import JsonDocument, Publisher, ReadCommittedIter, Transaction
 
 NDJSON = {"content-type": "application/x-ndjson"}

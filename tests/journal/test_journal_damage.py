@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from journal import CorruptJournalError, JournalError, LocalJournalStore
-from journal._fragment import COMMIT_FILE, SLOT_SIZE, slot_offset
+from journal._local.fragment import COMMIT_FILE, SLOT_SIZE, slot_offset
 from message import (
     Clock,
     Envelope,

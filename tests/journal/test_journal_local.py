@@ -30,8 +30,9 @@ from journal import (
     LocalJournalStore,
 )
 from journal import _pending as journal_pending
-from journal._files import JournalDir, open_commit, read_record
-from journal._fragment import open_name, sealed_name
+from journal._local.files import JournalDir, open_commit, read_record
+from journal._local.fragment import open_name
+from journal._spec import sealed_name
 
 NDJSON = {"content-type": "application/x-ndjson"}
 REPO = str(Path(__file__).resolve().parents[2])
@@ -462,7 +463,7 @@ def test_batch_failing_half_way_among_cancelled_appends(
     """A batch cut over several fragments, with cancelled appends, whose third
     commit fails: appends before it land, every one after it fails, flush()
     counts the failures once, and the journal goes on after them."""
-    import journal._writer as writer_module
+    import journal._local.writer as writer_module
 
     commit = writer_module.JournalWriter._commit
     calls = itertools.count(1)
@@ -503,7 +504,7 @@ def test_backlog_is_written_in_batches_of_max_batch_bytes(
     """Queued appends go out in batches of at most MAX_BATCH_BYTES (one
     larger append alone), in order, each future with its own offsets."""
     import journal._append_queue as queue_module
-    import journal._writer as writer_module
+    import journal._local.writer as writer_module
 
     monkeypatch.setattr(queue_module, "MAX_BATCH_BYTES", 10)
     batches: list[int] = []

@@ -27,11 +27,8 @@ from __future__ import annotations
 import re
 import struct
 import zlib
-from dataclasses import dataclass
 from typing import Final, NamedTuple
 
-#: Gazette's file extension of uncompressed fragments.
-RAW_EXTENSION: Final = ".raw"
 OPEN_PREFIX: Final = "@open-"
 COMMIT_FILE: Final = "@commit"
 SPEC_FILE: Final = "@spec.json"
@@ -42,9 +39,8 @@ LOCK_FILE: Final = "@lock"
 START_FILE: Final = "@start"
 #: The files of a journal directory besides its fragments.
 JOURNAL_FILES: Final = frozenset((SPEC_FILE, COMMIT_FILE, LOCK_FILE, START_FILE))
-TEMP_PREFIX: Final = "@tmp-"
 #: ``@sums-%016x-%016x``: the batch checksums of the sealed fragment
-#: ``[begin, end)`` (journal/_sums.py). The open fragment's follow its
+#: ``[begin, end)`` (journal/_local/sums.py). The open fragment's follow its
 #: commit record in ``@commit``.
 SUMS_PREFIX: Final = "@sums-"
 
@@ -131,11 +127,6 @@ def damaged_slot(buf: bytes, rec: CommitRecord) -> bool:
     return not (magic == RECORD_MAGIC and seq + 1 == rec.seq)
 
 
-def sealed_name(begin: int, end: int, sha1: bytes) -> str:
-    """Gazette's content name of a sealed, uncompressed fragment."""
-    return f"{begin:016x}-{end:016x}-{sha1.hex()}{RAW_EXTENSION}"
-
-
 def open_name(begin: int) -> str:
     return f"{OPEN_PREFIX}{begin:016x}"
 
@@ -176,35 +167,3 @@ def parse_open_name(name: str) -> int | None:
     """The begin offset of an open fragment file name, or None."""
     m = _OPEN_RE.fullmatch(name)
     return int(m[1], 16) if m else None
-
-
-@dataclass(frozen=True, slots=True)
-class Fragment:
-    """A contiguous piece ``[begin, end)`` of a journal and the file holding it.
-
-    For a sealed fragment the file holds exactly those bytes and is named
-    ``sealed_name(begin, end, sha1)``. For the open fragment (``sealed`` is
-    False) only the first ``end - begin`` bytes of the file are committed;
-    anything after them may be a write in progress and must not be read.
-    ``mtime`` is the file's modification time (seconds since the epoch).
-    """
-
-    journal: str
-    begin: int
-    end: int
-    path: str
-    sealed: bool
-    mtime: float
-    sha1: bytes | None = None
-
-    @property
-    def size(self) -> int:
-        """Number of committed content bytes."""
-        return self.end - self.begin
-
-    @property
-    def content_name(self) -> str | None:
-        """Gazette's content name of a sealed fragment; None for the open one."""
-        if not self.sealed or self.sha1 is None:
-            return None
-        return sealed_name(self.begin, self.end, self.sha1)

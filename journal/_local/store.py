@@ -32,9 +32,8 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Final, Self, final
 
-from ._append_queue import append_router, flush_queues
-from ._check import JournalProblem, check_journal, frame_cut, quarantine_files
-from ._errors import (
+from .._append_queue import append_router, flush_queues
+from .._errors import (
     AppendTooLargeError,
     CorruptJournalError,
     InvalidJournalNameError,
@@ -43,11 +42,15 @@ from ._errors import (
     JournalExistsError,
     JournalNotFoundError,
 )
-from ._files import (
+from .._labels import LabelSelector, LabelSet, LabelsInit, parse_label_selector
+from .._spec import AppendResult, Fragment, JournalSpec, validate_journal_name
+from .._util import age_seconds
+from ..durable import TEMP_PREFIX, fsync_dir
+from .check import JournalProblem, check_journal, frame_cut, quarantine_files
+from .files import (
     JournalDir,
     Quarantined,
     fragment_sha1,
-    fsync_dir,
     locked,
     open_batches,
     open_commit,
@@ -66,30 +69,25 @@ from ._files import (
     write_atomically,
     write_start,
 )
-from ._fragment import (
+from .fragment import (
     COMMIT_FILE,
     LOCK_FILE,
     SPEC_FILE,
     START_FILE,
-    TEMP_PREFIX,
     CommitRecord,
-    Fragment,
     open_name,
     pack_slot,
     parse_open_name,
     parse_sealed_name,
 )
-from ._labels import LabelSelector, LabelSet, LabelsInit, parse_label_selector
-from ._local_reader import LocalJournalReader, StoreServices, open_reader
-from ._spec import AppendResult, JournalSpec, validate_journal_name
-from ._sums import bad_batches
-from ._util import age_seconds
-from ._watch import Watcher
-from ._writer import JournalWriter
+from .reader import LocalJournalReader, StoreServices, open_reader
+from .sums import bad_batches
+from .watch import Watcher
+from .writer import JournalWriter
 
 if TYPE_CHECKING:
     # Loaded by the first emit or listen (sockets, mmap): nothing else pays for it.
-    from ._transient import Ring, TransientListener
+    from .transient import Ring, TransientListener
 
 #: Default size at which the open fragment is sealed. Fragments are the unit
 #: of retention and of parallel reads (a Spark task per fragment).
@@ -532,7 +530,7 @@ class LocalJournalStore:
         self._check_open()
         return open_reader(self._services(), self._dir(name), offset, end_offset, block)
 
-    # Transient messages (journal/_transient.py) -----------------------------
+    # Transient messages (journal/_local/transient.py) -----------------------------
 
     def emit(self, name: str, data: bytes | bytearray | memoryview) -> int:
         """Hand ``data`` — whole frames of the journal's framing, at most 64
@@ -544,7 +542,7 @@ class LocalJournalStore:
         each in shared memory, and one that falls further behind loses the
         oldest (and counts them in its ``lost``). It follows every append
         that completed before the call."""
-        from ._transient import MAX_EMIT, emit
+        from .transient import MAX_EMIT, emit
 
         self._check_open()
         data = bytes(data)
@@ -575,7 +573,7 @@ class LocalJournalStore:
             with self._lock:
                 self._emitting.pop(name, None)
             e.close()
-        from ._transient import Ring, meeting_place
+        from .transient import Ring, meeting_place
 
         jd = self._dir(name)
         spec = read_spec(jd)
@@ -606,7 +604,7 @@ class LocalJournalStore:
         the oldest, and counts them). Its ``read()`` gives a following reader
         that stops waiting when an emit can be handed out. Close it when
         done."""
-        from ._transient import TransientListener, meeting_place
+        from .transient import TransientListener, meeting_place
 
         self._check_open()
         jd = self._dir(name)

@@ -16,20 +16,21 @@ the readers and the store. The invariants they keep (see docs/journal-store.md):
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import itertools
 import json
 import logging
 import os
-import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from ._errors import CorruptJournalError, JournalNotFoundError
-from ._fragment import (
+from .._errors import CorruptJournalError, JournalNotFoundError
+from .._labels import LabelSet
+from .._spec import Fragment, JournalSpec, sealed_name
+from ..durable import TEMP_PREFIX, create_temp_in, fsync_dir, write_all, write_durably
+from .fragment import (
     COMMIT_FILE,
     JOURNAL_FILES,
     LOCK_FILE,
@@ -37,9 +38,7 @@ from ._fragment import (
     RECORD_SIZE,
     SPEC_FILE,
     START_FILE,
-    TEMP_PREFIX,
     CommitRecord,
-    Fragment,
     damaged_slot,
     open_name,
     pack_slot,
@@ -49,13 +48,10 @@ from ._fragment import (
     parse_sealed_name,
     parse_sums_name,
     quarantine_name,
-    sealed_name,
     slot_offset,
     sums_name,
 )
-from ._labels import LabelSet
-from ._spec import JournalSpec
-from ._sums import Batch, OpenLog, pack_batches, parse_batches, read_log
+from .sums import Batch, OpenLog, pack_batches, parse_batches, read_log
 
 SPEC_FORMAT: Final = 1
 # Files are read and hashed in pieces of this size.
@@ -163,51 +159,12 @@ def create_temp(jd: JournalDir, base: str) -> tuple[int, str]:
     """A new temporary file of the journal directory, for ``base``: opened
     for writing, created exclusively under an unpredictable name (a file or
     link planted at a guessable name is never followed nor truncated)."""
-    return _create_temp(jd.path, base)
-
-
-def _create_temp(directory: str, base: str) -> tuple[int, str]:
-    while True:
-        tmp = os.path.join(directory, f"{TEMP_PREFIX}{base}-{secrets.token_hex(8)}")
-        try:
-            return os.open(tmp, _O_CREATE_NEW | os.O_WRONLY, 0o644), tmp
-        except FileExistsError:
-            continue
+    return create_temp_in(jd.path, base)
 
 
 def write_atomically(jd: JournalDir, base: str, data: bytes | memoryview) -> None:
     """Replace file ``base`` of the journal directory with ``data``, durably."""
     write_durably(jd.file(base), data, create_dirs=False)
-
-
-def write_durably(
-    path: str | os.PathLike[str], data: bytes | memoryview, *, create_dirs: bool = True
-) -> None:
-    """Replace the file ``path`` with ``data``, whole or not at all, durably.
-
-    A temporary file beside it (created exclusively, under an unpredictable
-    name) is written and fsync'd, renamed over ``path``, and the directory
-    fsync'd where the file system can (see ``fsync_dir``). A crash leaves
-    the old file or the new one, never a mix; when this returns, the new
-    one survives a crash. With ``create_dirs``, missing parent directories
-    are made first.
-    """
-    directory, base = os.path.split(os.path.abspath(os.fspath(path)))
-    if create_dirs:
-        os.makedirs(directory, exist_ok=True)
-    fd, tmp = _create_temp(directory, base)
-    try:
-        try:
-            write_all(fd, data, 0)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, os.path.join(directory, base))
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(directory)
 
 
 # Locking -------------------------------------------------------------------
@@ -291,7 +248,7 @@ def write_record(fd: int, rec: CommitRecord) -> None:
     os.fdatasync(fd)
 
 
-# Batch checksums (journal/_sums.py) -----------------------------------------
+# Batch checksums (journal/_local/sums.py) -----------------------------------------
 
 
 def open_batches(commit_fd: int, begin: int, end: int) -> list[Batch]:
@@ -656,25 +613,3 @@ def open_fragment_path(jd: JournalDir, rec: CommitRecord) -> str:
 # Helpers ---------------------------------------------------------------------
 
 
-def write_all(fd: int, data: bytes | memoryview, pos: int) -> None:
-    """``pwrite`` all of ``data`` at ``pos`` (a write may be short)."""
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, pos)
-        view = view[n:]
-        pos += n
-
-
-def fsync_dir(path: str | os.PathLike[str]) -> None:
-    """Make a directory's entries (creations, renames, removals) durable.
-    On a file system that cannot fsync a directory (it says EINVAL or
-    ENOTSUP), there is nothing more to do and this returns quietly."""
-    fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    except OSError as err:
-        # Some file systems cannot fsync a directory; nothing more to do there.
-        if err.errno not in (errno.EINVAL, errno.ENOTSUP):
-            raise
-    finally:
-        os.close(fd)

@@ -13,7 +13,7 @@ stands for the offsets ``[begin, end)``, which readers then skip with a
 warning; the journal's offsets are never given out twice, so a consumer's
 checkpoint stays valid. In detail:
 
-* a sealed fragment whose SHA-1 or batch checksums (journal/_sums.py) do
+* a sealed fragment whose SHA-1 or batch checksums (journal/_local/sums.py) do
   not match: the batches that fail their checksum go to quarantine, every
   other batch stays readable in new sealed fragments (the whole file is
   kept as ``@quarantine-damaged-<name>``); without checksums to tell where
@@ -46,13 +46,14 @@ from typing import Final
 
 from framing import FramingError, UnknownContentTypeError, framing_by_content_type
 
-from ._errors import CorruptJournalError, JournalError, JournalNotFoundError
-from ._files import (
+from .._errors import CorruptJournalError, JournalError, JournalNotFoundError
+from .._spec import JournalSpec, sealed_name
+from ..durable import TEMP_PREFIX, fsync_dir, write_all
+from .files import (
     JournalDir,
     Quarantined,
     create_temp,
     fragment_sha1,
-    fsync_dir,
     locked,
     open_commit,
     quarantine_copy,
@@ -64,18 +65,16 @@ from ._files import (
     remove_sums,
     seal,
     unused_name,
-    write_all,
     write_atomically,
     write_sums,
 )
-from ._fragment import (
+from .fragment import (
     COMMIT_FILE,
     JOURNAL_FILES,
     QUARANTINE_PREFIX,
     RECORD_SIZE,
     SLOT_SIZE,
     SPEC_FILE,
-    TEMP_PREFIX,
     CommitRecord,
     damaged_slot,
     open_name,
@@ -86,11 +85,9 @@ from ._fragment import (
     parse_sealed_name,
     parse_sums_name,
     quarantine_name,
-    sealed_name,
     slot_offset,
 )
-from ._spec import JournalSpec
-from ._sums import Batch, bad_batches, log_batches, unchecked
+from .sums import Batch, bad_batches, log_batches, unchecked
 
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)

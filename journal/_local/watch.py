@@ -29,7 +29,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Final
 
-from ._fragment import COMMIT_FILE
+from .fragment import COMMIT_FILE
 
 LOG: Final = logging.getLogger("journal")
 

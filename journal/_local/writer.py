@@ -3,7 +3,7 @@
 The queue and its thread are ``AppendQueue``'s. For each batch the writer
 takes the journal's ``flock`` (so no other process writes in between), writes
 the bytes with one ``pwrite`` at the committed end, ``fdatasync``s them,
-advances the commit record (with the batch's checksum, journal/_sums.py) and
+advances the commit record (with the batch's checksum, journal/_local/sums.py) and
 ``fdatasync``s it, releases the lock, and then
 resolves the futures. Many appends waiting at once thus cost one write and two
 syncs, and a future resolves only once its bytes are durable *and* covered by
@@ -25,11 +25,12 @@ from collections.abc import Callable
 from itertools import accumulate
 from typing import Final
 
-from ._append_queue import AppendQueue, batch_results
-from ._errors import JournalError
-from ._files import (
+from .._append_queue import AppendQueue, batch_results
+from .._errors import JournalError
+from .._spec import AppendResult
+from ..durable import fsync_dir, write_all
+from .files import (
     JournalDir,
-    fsync_dir,
     lock_is_current,
     open_commit,
     open_fragment_path,
@@ -39,12 +40,10 @@ from ._files import (
     seal,
     settle_batches,
     truncate_garbage,
-    write_all,
     write_record,
 )
-from ._fragment import CommitRecord
-from ._spec import AppendResult
-from ._sums import OpenLog, entry_for
+from .fragment import CommitRecord
+from .sums import OpenLog, entry_for
 
 LOG: Final = logging.getLogger("journal")
 

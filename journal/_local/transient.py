@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, NamedTuple, Self
 
 if TYPE_CHECKING:
-    from ._local_reader import LocalJournalReader
+    from .reader import LocalJournalReader
 
 #: The largest emit, in bytes.
 MAX_EMIT: Final = 64 * 1024

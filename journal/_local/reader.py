@@ -16,8 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, final
 
-from ._errors import JournalError, JournalNotFoundError
-from ._files import (
+from .._errors import JournalError, JournalNotFoundError
+from .._reader import JUMPED, ReaderBase, warn_jump, warn_quarantined
+from .._spec import Fragment
+from .._util import check_read_args
+from .files import (
     JournalDir,
     Scan,
     open_batches,
@@ -29,14 +32,12 @@ from ._files import (
     read_sums,
     scan,
 )
-from ._fragment import RECORD_SIZE, CommitRecord, Fragment, damaged_slot, open_name
-from ._reader import JUMPED, ReaderBase, warn_jump, warn_quarantined
-from ._sums import Batch, batch_matches
-from ._util import check_read_args
+from .fragment import RECORD_SIZE, CommitRecord, damaged_slot, open_name
+from .sums import Batch, batch_matches
 
 if TYPE_CHECKING:
-    from ._transient import TransientListener
-    from ._watch import Watch, Watcher
+    from .transient import TransientListener
+    from .watch import Watch, Watcher
 
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 # Each retry follows a concurrent seal or removal; more than a few in a row

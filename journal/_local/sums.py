@@ -30,7 +30,7 @@ reported as damage, never a reason to refuse a read. Entries of an older
 fragment (left by a crash just after a seal), or recent ones already spilled,
 end at or before where the run they would continue begins: they end it.
 
-Everything here is pure or works on file descriptors; ``journal/_files.py``
+Everything here is pure or works on file descriptors; ``journal/_local/files.py``
 owns the files themselves.
 """
 
