@@ -26,6 +26,7 @@ AppendResult(journal='events/part-000', begin=0, end=9) b'{"n": 1}\n'
 import importlib as _importlib
 import typing as _typing
 
+from ._closing import Closing as Closing
 from ._errors import AppendTooLargeError as AppendTooLargeError
 from ._errors import BrokerAuthError as BrokerAuthError
 from ._errors import BrokerError as BrokerError
@@ -110,6 +111,7 @@ __all__ = [
     "check_content_type",
     "AppendResult",
     "Fragment",
+    "Closing",
     "JournalProblem",
     "CONTENT_TYPE_LABEL",
     # Contracts

@@ -15,9 +15,9 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from types import TracebackType
-from typing import Final, NoReturn, Self, final
+from typing import Final, NoReturn, final
 
+from ._closing import Closing
 from ._errors import (
     AppendTooLargeError,
     JournalClosedError,
@@ -48,7 +48,7 @@ class _MemJournal:
 
 
 @final
-class MemoryJournalClient:
+class MemoryJournalClient(Closing):
     """An in-memory ``JournalStore``. Thread-safe; not shared between processes."""
 
     def __init__(self, *, max_append_size: int = DEFAULT_MAX_APPEND_SIZE) -> None:
@@ -188,16 +188,6 @@ class MemoryJournalClient:
     def closed(self) -> bool:
         return self._closed
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _journal(self, name: str) -> _MemJournal:
         with self._lock:

@@ -27,9 +27,9 @@ import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Self
+from typing import TYPE_CHECKING, Any, Final
 
+from ._closing import Closing
 from ._future import AppendFuture
 from ._pending import NATIVE
 
@@ -143,7 +143,7 @@ class PendingAppends:
             raise error
 
 
-class TrackingClient:
+class TrackingClient(Closing):
     """A ``JournalClient`` that appends through ``client`` and keeps each
     append's future in ``pending`` (a :class:`PendingAppends`); everything
     else is the client's. ``close`` leaves the client open."""
@@ -178,13 +178,3 @@ class TrackingClient:
     def close(self) -> None:
         """Nothing of its own to release: ``client`` stays open."""
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

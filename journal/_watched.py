@@ -21,9 +21,9 @@ import builtins
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from types import TracebackType
-from typing import TYPE_CHECKING, Final, Self
+from typing import TYPE_CHECKING, Final
 
+from ._closing import Closing
 from ._errors import JournalError
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ Watcher = Callable[
 ]
 
 
-class WatchedList:
+class WatchedList(Closing):
     """The journals matching ``selector``, refreshed in the background (see
     the module docstring). The first listing is made at once (its errors are
     raised here); later failures are logged and retried. A context manager;
@@ -112,13 +112,3 @@ class WatchedList:
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=5.0)
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

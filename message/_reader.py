@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import Callable, Generator, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Protocol, Self, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from framing import (
     BatchFraming,
@@ -20,7 +20,7 @@ from framing import (
     TruncatedFrameError,
     framing_by_content_type,
 )
-from journal import CorruptJournalError, JournalError, OffsetTracker, metrics
+from journal import Closing, CorruptJournalError, JournalError, OffsetTracker, metrics
 
 from . import _core
 from ._checkpoint import Checkpoint
@@ -93,7 +93,7 @@ class _Steps(Protocol):
     def close(self) -> None: ...
 
 
-class _EnvelopeIter:
+class _EnvelopeIter(Closing):
     """What both iterators share: iteration runs ``_gen``, a generator or a
     C loop (``iter()`` returns it, so a ``for`` loop resumes it directly),
     and closing stops it."""
@@ -110,11 +110,6 @@ class _EnvelopeIter:
         """Stop reading and release the journal reader."""
         self._gen.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class ReadUncommittedIter(_EnvelopeIter):

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Generator, Iterator
-from types import TracebackType
-from typing import TYPE_CHECKING, Final, Self
+from typing import TYPE_CHECKING, Final
 
-from journal import JournalNotFoundError, WatchedList
+from journal import Closing, JournalNotFoundError, WatchedList
 
 from ._checkpoint import Checkpoint
 from ._sources import CommittedSource
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
 TURN: Final = 256
 
 
-class ReadCommittedSelectorIter:
+class ReadCommittedSelectorIter(Closing):
     """Iterates the committed messages of the journals matching ``selector``
     (label selector syntax, as ``JournalClient.list``), each journal's in its
     own order, the journals taking turns.
@@ -240,13 +239,3 @@ class ReadCommittedSelectorIter:
         for src in sources:
             src.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -56,7 +56,7 @@ import io
 import logging
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Self
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import orjson
@@ -70,7 +70,7 @@ from framing import (
     CONTENT_TYPE_PROTO_FIXED,
     FramingError,
 )
-from journal import CorruptJournalError, JournalClient, JournalSpec, read_all
+from journal import Closing, CorruptJournalError, JournalClient, JournalSpec, read_all
 
 from ._checkpoint import Checkpoint
 from ._columnar import ProducerColumns, sequence_columns
@@ -716,7 +716,7 @@ def bucket_of(producers: Array, buckets: int) -> Array:
 # -- the readers ------------------------------------------------------------------
 
 
-class _ArrowReader:
+class _ArrowReader(Closing):
     """What both readers share: the journals, the content, the windows."""
 
     committed = True
@@ -835,11 +835,6 @@ class _ArrowReader:
         """Stop reading."""
         self._gen.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _generate(self) -> Generator[pa.RecordBatch, None, None]:
         for spec in self.specs:

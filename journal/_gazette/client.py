@@ -34,12 +34,12 @@ import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from datetime import datetime, timedelta
-from types import TracebackType
-from typing import Final, NoReturn, Self, cast, final
+from typing import Final, NoReturn, cast, final
 
 import grpc
 
 from .._append_queue import append_router, flush_queues
+from .._closing import Closing
 from .._errors import (
     AppendTooLargeError,
     BrokerError,
@@ -88,7 +88,7 @@ _CLIENTS: weakref.WeakSet[GazetteClient] = weakref.WeakSet()
 
 
 @final
-class GazetteClient:
+class GazetteClient(Closing):
     """Journals on a Gazette broker cluster.
 
     ``address`` is a broker URL such as ``"http://127.0.0.1:8080"``; None
@@ -557,16 +557,6 @@ class GazetteClient:
     def closed(self) -> bool:
         return self._closed
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # Internals -----------------------------------------------------------------
 

@@ -29,10 +29,10 @@ import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from types import TracebackType
-from typing import TYPE_CHECKING, Final, Self, final
+from typing import TYPE_CHECKING, Final, final
 
 from .._append_queue import append_router, flush_queues
+from .._closing import Closing
 from .._errors import (
     AppendTooLargeError,
     CorruptJournalError,
@@ -109,7 +109,7 @@ _STORES: weakref.WeakSet[LocalJournalStore] = weakref.WeakSet()
 
 
 @final
-class LocalJournalStore:
+class LocalJournalStore(Closing):
     """Journals stored as files under ``root`` (created if missing).
 
     ``fragment_size``: the open fragment is sealed (renamed to its Gazette
@@ -655,16 +655,6 @@ class LocalJournalStore:
     def closed(self) -> bool:
         return self._closed
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # Internals -----------------------------------------------------------------
 

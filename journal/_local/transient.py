@@ -56,7 +56,9 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, NamedTuple, Self
+from typing import TYPE_CHECKING, Final, NamedTuple
+
+from .._closing import Closing
 
 if TYPE_CHECKING:
     from .reader import LocalJournalReader
@@ -266,7 +268,7 @@ class Ring:
         return reached
 
 
-class TransientListener:
+class TransientListener(Closing):
     """Takes the emits of one journal from the moment it is made until
     ``close()``. Made by ``LocalJournalStore.listen``; a following reader made
     by :meth:`read` returns from a blocked read when an emit can be handed
@@ -385,11 +387,6 @@ class TransientListener:
         self._ring.close()
         self._wake()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _run(self) -> None:
         poller = select.poll()

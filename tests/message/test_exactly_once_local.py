@@ -139,12 +139,17 @@ def test_publisher_processes_killed_mid_transaction(tmp_path: Path) -> None:
         )
         for n, mode in enumerate(["txn", "txn", "committed", "txn"])
     ]
-    time.sleep(1.5)
+    # Each has committed something (however slowly a loaded machine starts
+    # them), then runs on a while before it is killed.
+    reported: set[str] = set()
+    for p in procs:
+        assert p.stdout is not None
+        reported.update(p.stdout.readline().split())
+    time.sleep(0.5)
     for p in procs[:2] + procs[3:]:
         p.send_signal(signal.SIGKILL)
         time.sleep(0.05)
     procs[2].send_signal(signal.SIGKILL)
-    reported: set[str] = set()
     for p in procs:
         out, _ = p.communicate()
         for line in out.splitlines():
