@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from exactly._errors import ExactlyError
+
 GAZETTE_VERSION: Final = "v0.103.0"
 ETCD_VERSION: Final = "v3.6.5"
 #: SeaweedFS (Apache-2.0): the S3-compatible fragment store of test clusters.
@@ -34,7 +36,7 @@ Progress = Callable[[str], None]
 # -- errors -----------------------------------------------------------------------
 
 
-class ClusterError(Exception):
+class ClusterError(ExactlyError):
     """Anything exactly.localcluster raises: building binaries, or running a cluster."""
 
 

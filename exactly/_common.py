@@ -14,16 +14,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from exactly._errors import UsageError as UsageError
+
 CONTENT_TYPES = {
     "ndjson": "application/x-ndjson",
     "json": "application/x-ndjson",
     "csv": "text/csv",
     "proto": "application/x-protobuf-fixed",
 }
-
-
-class UsageError(Exception):
-    """A mistake of the user's, reported as one line."""
 
 
 def counted(n: int, thing: str, things: str | None = None) -> str:

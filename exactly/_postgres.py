@@ -24,10 +24,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from ._errors import ExactlyError
 from ._procs import free_ports, port_open
 
 
-class PostgresUnavailableError(RuntimeError):
+class PostgresUnavailableError(ExactlyError, RuntimeError):
     """No PostgreSQL server could be found, installed or started here."""
 
 

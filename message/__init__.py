@@ -108,6 +108,7 @@ from ._envelope import JournalProducer as JournalProducer
 from ._envelope import ProducerState as ProducerState
 from ._errors import CheckpointError as CheckpointError
 from ._errors import EmptyPartitionsError as EmptyPartitionsError
+from ._errors import IntentLogError as IntentLogError
 from ._errors import MessageError as MessageError
 from ._errors import MustStartReplay as MustStartReplay
 from ._errors import ReplayError as ReplayError
@@ -127,7 +128,6 @@ from ._reader import ReadUncommittedIter as ReadUncommittedIter
 from ._selector import ReadCommittedSelectorIter as ReadCommittedSelectorIter
 from ._sources import CommittedSource as CommittedSource
 from ._transaction import IntentLog as IntentLog
-from ._transaction import IntentLogError as IntentLogError
 from ._transaction import JournalIntentLog as JournalIntentLog
 from ._transaction import Transaction as Transaction
 from ._transaction import write_intents as write_intents

@@ -6,7 +6,8 @@
      ├── MustStartReplay        the Sequencer needs a replay before it can dequeue
      ├── ReplayError            a replay iterator gave the wrong envelopes, or failed
      ├── EmptyPartitionsError   a mapping found no journal to map to
-     └── CheckpointError        a checkpoint could not be decoded (also a ValueError)
+     ├── CheckpointError        a checkpoint could not be decoded (also a ValueError)
+     └── IntentLogError         an intent log exists but cannot be read
 
 Misuse of an API (dequeuing state out of order, a bad UUID argument) raises
 ``RuntimeError`` or ``ValueError``; a user's ``validate()`` error propagates
@@ -54,3 +55,7 @@ class EmptyPartitionsError(MessageError):
 
 class CheckpointError(MessageError, ValueError):
     """Bytes or JSON that do not decode to a Checkpoint."""
+
+
+class IntentLogError(MessageError):
+    """An intent log (``IntentLog``, ``JournalIntentLog``) exists but cannot be read."""

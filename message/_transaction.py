@@ -32,16 +32,12 @@ import orjson
 from journal import PendingAppends
 from journal.durable import fsync_dir, write_durably
 
-from ._errors import MessageError
+from ._errors import IntentLogError
 from ._interfaces import MappingFunc, Message
 from ._publisher import AckIntent, Publisher
 
 if TYPE_CHECKING:
     from journal import AppendResult, JournalClient, JournalStore
-
-
-class IntentLogError(MessageError):
-    """The intent log file exists but cannot be read."""
 
 
 class IntentLog:

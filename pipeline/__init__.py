@@ -19,6 +19,8 @@ See docs/spark.md for every option, the streaming source and sink, and how
 reads are split and writes committed.
 """
 
+from ._errors import JobEndedError as JobEndedError
+from ._errors import PipelineError as PipelineError
 from ._latest import COMMIT_ORDER as COMMIT_ORDER
 from ._latest import latest_by_key as latest_by_key
 from ._latest import materialize_latest as materialize_latest
@@ -34,5 +36,5 @@ from ._write import recover as recover
 __all__ = [
     "register", "local_session", "cluster_session", "JournalDataSource", "StoreOptions", "recover",
     "latest_by_key", "materialize_latest", "COMMIT_ORDER", "committed_position",
-    "StreamingMetrics",
+    "StreamingMetrics", "PipelineError", "JobEndedError",
 ]

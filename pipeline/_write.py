@@ -74,6 +74,7 @@ from message.arrow import ArrowContent, ndjson_frames
 from message.columns import uuid_strings
 
 from ._content import message_from_row
+from ._errors import JobEndedError
 from ._stores import STATE_PREFIX, StoreOptions
 
 log = logging.getLogger("pipeline")
@@ -212,10 +213,6 @@ class _Mapped:
 
     def __call__(self, msg: Any) -> tuple[str, str]:
         return self.result if msg is self.msg else self.inner(msg)
-
-
-class JobEndedError(RuntimeError):
-    """A write task ran after the driver ended its job."""
 
 
 # -- state journals -------------------------------------------------------------------

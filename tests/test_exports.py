@@ -70,6 +70,35 @@ def test_error_hierarchy() -> None:
     assert issubclass(consumer.StoreError, consumer.ConsumerError)
 
 
+def test_each_package_has_one_exception_tree_drawn_in_its_docstring() -> None:
+    """Every exception class a package exports derives from the package's
+    one base, and the tree in the docstring of its errors module names each."""
+    import importlib
+    import inspect
+
+    bases = {"framing": "FramingError", "journal": "JournalError", "message": "MessageError",
+             "consumer": "ConsumerError", "pipeline": "PipelineError", "exactly": "ExactlyError"}
+    for package, base_name in bases.items():
+        pkg = importlib.import_module(package)
+        base = getattr(pkg, base_name)
+        errors = importlib.import_module(f"{package}._errors")
+        picture = inspect.getdoc(errors) or ""
+        exported = [getattr(pkg, n) for n in getattr(pkg, "__all__", dir(pkg))
+                    if not n.startswith("_")]
+        if package == "exactly":
+            import exactly.localcluster as lc
+
+            exported = [getattr(lc, n) for n in dir(lc) if not n.startswith("_")]
+            exported.append(getattr(importlib.import_module("exactly._common"), "UsageError"))
+        classes = [c for c in exported if isinstance(c, type) and issubclass(c, BaseException)]
+        assert base in classes or package == "exactly", package
+        for cls in classes:
+            if cls.__module__.split(".")[0] != package:
+                continue  # another package's, re-exported
+            assert issubclass(cls, base), f"{package}.{cls.__name__} is not a {base_name}"
+            assert cls.__name__ in picture, f"{package}: {cls.__name__} not in the tree"
+
+
 def test_dependencies_flow_one_way() -> None:
     """framing and journal never import message (nor pipeline, nor consumer)."""
     import ast
