@@ -39,6 +39,7 @@ do with each message::
     >>> pub = Publisher(journals)
     >>> for w in "the cat saw the dog".split():
     ...     _ = pub.publish_committed(to_words, JsonDocument(word=w))
+    >>> journals.flush()  # every append durable (and readable)
 
 **Run** the shard until it has read everything and committed it; a
 restart resumes from the committed checkpoint, and repeats nothing::
@@ -46,7 +47,8 @@ restart resumes from the committed checkpoint, and repeats nothing::
     >>> spec = ShardSpec("word-count", sources=["words"])
     >>> with Runner(journals, WordCount(), [spec]) as runner:
     ...     runner.run_until_idle(timeout=30)
-    >>> _ = pub.publish_committed(to_words, JsonDocument(word="cat"))
+    >>> pub.publish_committed(to_words, JsonDocument(word="cat")).result().journal
+    'words'
     >>> with Runner(journals, WordCount(), [spec]) as runner:   # a restart
     ...     runner.run_until_idle(timeout=30)
 

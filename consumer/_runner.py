@@ -84,8 +84,10 @@ class Runner:
         """Process until every shard is idle: each source read to its write
         head (taken again after each commit, so that a chain of shards in
         this runner drains), every transaction committed and acknowledged.
-        Starts the shards if they are not running; they keep serving after
-        it returns. Raises ``TimeoutError`` past ``timeout`` seconds, and
+        Appends still queued are not in a write head yet: flush the client
+        first (or wait on their futures) for them to be read. Starts the
+        shards if they are not running; they keep serving after it
+        returns. Raises ``TimeoutError`` past ``timeout`` seconds, and
         the exception of a shard that failed."""
         self.start()
         deadline = None if timeout is None else time.monotonic() + timeout
