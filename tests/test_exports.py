@@ -89,7 +89,7 @@ def test_each_package_has_one_exception_tree_drawn_in_its_docstring() -> None:
             import exactly.localcluster as lc
 
             exported = [getattr(lc, n) for n in dir(lc) if not n.startswith("_")]
-            exported.append(getattr(importlib.import_module("exactly._common"), "UsageError"))
+            exported.append(importlib.import_module("exactly._common").UsageError)
         classes = [c for c in exported if isinstance(c, type) and issubclass(c, BaseException)]
         assert base in classes or package == "exactly", package
         for cls in classes:
