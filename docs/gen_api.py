@@ -15,8 +15,8 @@ from pathlib import Path
 # signatures and docstrings (the native core has the same methods).
 os.environ["EXACTLY_PURE_PYTHON"] = "1"
 
-PACKAGES = ("message", "message.arrow", "framing", "journal", "journal.metrics", "consumer",
-            "pipeline")
+PACKAGES = ("message", "message.rules", "message.arrow", "framing", "journal",
+            "journal.metrics", "consumer", "pipeline")
 HERE = Path(__file__).resolve().parent
 
 

@@ -19,7 +19,7 @@
  *   Sequencer needs one.
  * - parse_uuids, format_uuids, envelope_fields, prefixed_uuids, line_ends: columns of the Spark source and of
  *   message.arrow's NDJSON windows.
- * - sequence_columns: message/_columnar.py's decisions over columns, in one
+ * - sequence_columns: message/_columns_sequencer.py's decisions over columns, in one
  *   pass (message.arrow's committed reads).
  *
  * What it takes from Python is handed to configure() once, by
@@ -48,7 +48,7 @@
 #include "_native_src/sequencer.h"
 #include "_native_src/reader.h"
 #include "_native_src/columns.h"
-#include "_native_src/columnar.h"
+#include "_native_src/columns_sequencer.h"
 #include "_native_src/publisher.h"
 
 /* -- layout and module ---------------------------------------------------- */
@@ -106,7 +106,7 @@ static PyMethodDef module_methods[] = {
      "array as 64-bit halves; returns the rows it could not parse."},
     {"sequence_columns", sequence_columns, METH_VARARGS,
      "sequence_columns(begin, producers, clocks, flags, replayed, state_producers, "
-     "state_last_ack, state_begin, commit): message/_columnar.py's sequence_columns in one "
+     "state_last_ack, state_begin, commit): message/_columns_sequencer.py's sequence_columns in one "
      "pass; returns the states after, as bytes."},
     {"envelope_fields", envelope_fields, METH_VARARGS,
      "envelope_fields(hi, lo, uuids, producers, clocks, flags, micros): format_uuids' "

@@ -3,17 +3,10 @@
 Per (journal, producer) the Sequencer keeps a ``_Partial``: the clock of the
 producer's last commit (``last_ack``), the largest clock of its open
 transaction (``max_clock``), and the offset where that transaction began
-(``begin``). Those three numbers decide every envelope:
-
-========================  ===========================  ==========================
-flags                     clock <= bound: drop          otherwise
-========================  ===========================  ==========================
-OUTSIDE_TXN (or unknown)  bound = last_ack: duplicate   commit it alone; any open
-                                                        transaction is discarded
-CONTINUE_TXN              bound = max_clock: duplicate  open or extend the span
-ACK_TXN                   bound = last_ack: roll back   commit the span, then it
-                          to this clock
-========================  ===========================  ==========================
+(``begin``). For each envelope, :meth:`Sequencer.queue_uncommitted` first
+decides what it is from those numbers (``message.rules.decide``: a
+duplicate, a roll-back, an extension of the open transaction, or a commit of
+itself or of the transaction), then applies that outcome.
 
 The ring holds the last ``buffer`` kept envelopes (duplicates and
 roll-backs take no slot), so that a committed span can usually be emitted
@@ -48,10 +41,19 @@ from ._counts import COUNTS
 from ._envelope import Envelope, ProducerState
 from ._errors import MustStartReplay, ReplayError
 from ._uuid import UUID_INT_OF as _UUID_INT
-from .layout import ACK_TXN as _ACK
-from .layout import CLOCK_UNITS_PER_SECOND, ack_emits, clock_of_int, outside_commits, span_emits
-from .layout import CONTINUE_TXN as _CONTINUE
+from .layout import (
+    ACK_TXN,
+    CLOCK_UNITS_PER_SECOND,
+    CONTINUE_TXN,
+    OUTSIDE_TXN,
+    clock_of_int,
+    flags_of_int,
+    producer_of_int,
+)
 from .layout import PRODUCER_MASK as _MASK48
+from .rules import QueueOutcome, ack_emits, decide, span_emits
+
+_KNOWN_FLAGS = frozenset({OUTSIDE_TXN, CONTINUE_TXN, ACK_TXN})
 
 log = logging.getLogger("message")
 
@@ -135,18 +137,8 @@ class Sequencer:
     :meth:`replay_range` to :meth:`start_replay` and dequeue again.
     """
 
-    __slots__ = (
-        "_inflight",
-        "_out",
-        "_out_n",
-        "_out_pos",
-        "_partials",
-        "_replay",
-        "_seq",
-        "_single",
-        "_size",
-        "_sweep_at",
-    )
+    __slots__ = ("_inflight", "_out", "_out_pos", "_partials", "_replay", "_seq", "_size",
+                 "_sweep_at")
 
     def __init__(self, states: Iterable[ProducerState] = (), buffer: int = 4096) -> None:
         size = max(1, buffer)
@@ -163,8 +155,6 @@ class Sequencer:
             self._partials[(s.journal, pid)] = _Partial(s.journal, pid, s.last_ack, s.begin)
         # Committed envelopes ready to dequeue: self._out[self._out_pos:].
         self._out: list[Envelope] = []
-        self._single: list[Envelope] = [None]  # type: ignore[list-item]  # set before use
-        self._out_n = 0  # len(self._out), kept to save a call per envelope
         self._out_pos = 0
         self._replay: _Replay | None = None
         # The sequence being dequeued: (partial, committing envelope, and the
@@ -184,73 +174,78 @@ class Sequencer:
         Returns True if it completes a sequence (commits, or is a duplicate or
         a roll-back), False if it extends a transaction still pending.
         """
-        if self._out_pos < self._out_n or self._replay is not None:
+        if self._out_pos < len(self._out) or self._replay is not None:
             raise RuntimeError("committed messages remain to dequeue")
         msg = env.message
         t = type(msg)
         i = _UUID_INT[t](msg) if t in _UUID_INT else msg.get_uuid().int
-        clock = clock_of_int(i)
-        seq = self._seq = self._seq + 1  # if kept; a drop returns before using it
+        clock, flags = clock_of_int(i), flags_of_int(i)
         if not clock:
-            # No clock: at-least-once. Commits at once, and is never tracked.
-            single = self._single
-            single[0] = env
-            self._out = single
-            self._out_n = 1
-            self._out_pos = 0
-            self._inflight = (None, env)
-            return True
-        flags = (i >> 48) & 0x3FF
-        key = (env.journal.name, i & _MASK48)
-        p = self._partials.get(key)
+            return self._apply(QueueOutcome.COMMIT_UNTRACKED, env, None, clock)
+        journal = env.journal.name
+        p = self._partial(journal, producer_of_int(i), clock)
+        if flags not in _KNOWN_FLAGS:
+            warn_unknown_flags(flags, journal, env.begin)
+        outcome = decide(flags, clock, p.last_ack, p.max_clock, p.begin != -1)
+        return self._apply(outcome, env, p, clock)
+
+    def _partial(self, journal: str, producer: int, clock: int) -> _Partial:
+        """The producer's state in ``journal``; one first seen with ``clock``
+        starts just below it (its first message commits)."""
+        p = self._partials.get((journal, producer))
         if p is None:
-            p = self._partials[key] = _Partial(key[0], key[1], clock - 1, -1)
-        if flags == _CONTINUE:
-            if clock <= p.max_clock:  # max_clock >= last_ack, always
-                self._seq = seq - 1  # duplicate: dropped, takes no slot
+            p = self._partials[(journal, producer)] = _Partial(journal, producer, clock - 1, -1)
+        return p
+
+    def _apply(self, outcome: QueueOutcome, env: Envelope, p: _Partial | None,
+               clock: int) -> bool:
+        """Apply what :func:`decide` said of ``env`` (``p``: its producer's
+        state, None for a clock-less envelope). Duplicates and roll-backs
+        take no slot of the ring."""
+        match outcome:
+            case QueueOutcome.DUPLICATE:
                 COUNTS.duplicates += 1
                 return True
-            if p.begin == -1:
-                p.begin = env.begin
-            p.entries.append((seq, clock, env))
-            p.max_clock = clock
-            if seq >= self._sweep_at:
-                self._sweep()
-            return False
-        if flags == _ACK:
-            if clock <= p.last_ack:
-                self._seq = seq - 1  # roll-back: dropped, takes no slot
+            case QueueOutcome.ROLLBACK:
+                assert p is not None
                 if clock < p.last_ack:
-                    warn_old_ack(key[1], key[0], env.begin)
+                    warn_old_ack(p.producer, p.journal, env.begin)
                 if p.begin != -1:
-                    COUNTS.rollbacks += 1  # an open span discarded
+                    COUNTS.rollbacks += 1  # an open transaction discarded
                 else:
                     COUNTS.duplicates += 1  # an ACK read again
                 p.last_ack = p.max_clock = clock
                 p.begin = -1
                 p.entries = []
                 return True
-            if p.begin != -1:
-                self._commit_span(p, clock, env, seq)
-            else:
-                single = self._single  # an ACK with no span commits alone
-                single[0] = env
-                self._out = single
-                self._out_n = 1
-        else:
-            if flags:
-                warn_unknown_flags(flags, key[0], env.begin)
-            if not outside_commits(clock, p.last_ack):
-                self._seq = seq - 1  # duplicate: dropped, takes no slot
-                COUNTS.duplicates += 1
+            case QueueOutcome.EXTEND_SPAN:
+                assert p is not None
+                self._seq += 1
+                if p.begin == -1:
+                    p.begin = env.begin
+                p.entries.append((self._seq, clock, env))
+                p.max_clock = clock
+                if self._seq >= self._sweep_at:
+                    self._sweep()
+                return False
+            case QueueOutcome.COMMIT_UNTRACKED:
+                # No clock: at-least-once. Commits at once, and is never tracked.
+                self._seq += 1
+                self._out, self._out_pos = [env], 0
+                self._inflight = (None, env)
                 return True
-            # Commits itself (the common case: reuse one list rather than
-            # allocate one per envelope); an open span (mixed committed and
-            # transactional publishing by one producer) is discarded.
-            single = self._single
-            single[0] = env
-            self._out = single
-            self._out_n = 1
+            case QueueOutcome.COMMIT_SPAN:
+                assert p is not None
+                self._seq += 1
+                self._commit_span(p, clock, env, self._seq)
+            case QueueOutcome.COMMIT_OUTSIDE | QueueOutcome.COMMIT_ACK:
+                # Commits itself. After an OUTSIDE_TXN message, an open
+                # transaction (mixed committed and transactional publishing
+                # by one producer) is discarded.
+                assert p is not None
+                self._seq += 1
+                self._out = [env]
+        assert p is not None
         self._out_pos = 0
         self._inflight = (p, env)
         p.last_ack = p.max_clock = clock
@@ -289,12 +284,10 @@ class Sequencer:
             if ack_emits(ack, emitted):
                 out.append(ack_env)
             self._out = out
-            self._out_n = len(out)
             return
         tail = [(clock, e) for n, clock, e in entries if n > cutoff]
         tail.append((ack, ack_env))
         self._out = []
-        self._out_n = 0
         self._replay = _Replay(p, ack, tail[0][1].begin, tail)
 
     # -- dequeuing --------------------------------------------------------
@@ -306,7 +299,7 @@ class Sequencer:
         re-read from the journal first.
         """
         pos = self._out_pos
-        if pos < self._out_n:
+        if pos < len(self._out):
             self._out_pos = pos + 1
             return self._out[pos]
         r = self._replay
@@ -330,7 +323,6 @@ class Sequencer:
         if ack_emits(ack, emitted):
             out.append(ack_env)
         self._out = out
-        self._out_n = len(out)
         self._out_pos = 0
         return self.deque_committed()
 
@@ -406,7 +398,7 @@ class Sequencer:
         ``last_ack`` is more than that older than the newest ``last_ack`` of
         their journal are first forgotten.
         """
-        if self._out_pos < self._out_n or self._replay is not None:
+        if self._out_pos < len(self._out) or self._replay is not None:
             raise RuntimeError("committed messages remain to dequeue")
         self._prune(prune_horizon, None)
         return [
@@ -453,7 +445,7 @@ class Sequencer:
         and the replay's position), so that re-reading the committing
         envelope replays exactly the part not yet dequeued.
         """
-        drained = self._out_pos >= self._out_n and self._replay is None
+        drained = self._out_pos >= len(self._out) and self._replay is None
         inflight = self._inflight
         if drained or inflight is None:
             return self.producer_states(prune_horizon), None

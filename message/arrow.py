@@ -37,7 +37,7 @@ become two uint64 columns, read from the lines' bytes where each begins with
 its UUID as the framing writes it (``message.columns.prefixed_uuids``), else
 from the parsed column (``message.columns.parse_uuid_strings``); which rows
 commit, and in which order, is decided over columns
-(``message/_columnar.py``: the Sequencer's rules, in numpy, or in one native
+(``message/_columns_sequencer.py``: the Sequencer's rules, in numpy, or in one native
 pass); the committed rows are taken from the parsed table in commit order. Other
 framings, and an NDJSON window Arrow will not parse (a corrupt frame, a
 value of another type), are decoded frame by frame, with the framing's own
@@ -73,7 +73,7 @@ from framing import (
 from journal import Closing, CorruptJournalError, JournalClient, JournalSpec, read_all
 
 from ._checkpoint import Checkpoint
-from ._columnar import ProducerColumns, sequence_columns
+from ._columns_sequencer import ProducerColumns, sequence_columns
 from ._damage import DamageSkippingReader
 from ._envelope import ProducerState
 from ._interfaces import Message

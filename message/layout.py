@@ -1,4 +1,4 @@
-"""The UUID bit layout and the commit rule, in one place: scalar and numpy forms.
+"""The UUID bit layout, in one place: scalar and numpy forms.
 
 Every other piece of code that takes a UUID apart (the Python Sequencer, the
 Publisher, the native core in ``message/_native.c``, the Spark source's
@@ -23,14 +23,8 @@ the native core and the numpy forms hold it, the clock is::
     ((hi & 0x0FFF) << 52) | (((hi >> 16) & 0xFFFF) << 36) | ((hi >> 32) << 4)
         | ((lo >> 58) & 0xF)
 
-The commit rule, per (journal, producer), with ``last_ack`` the clock of the
-producer's last commit (see ``message/_sequencer.py`` for the whole state
-machine): a message whose clock is 0 always commits; an OUTSIDE_TXN message
-commits iff its clock exceeds ``last_ack`` (:func:`outside_commits`); a span
-message is emitted iff its clock exceeds every clock of the producer seen
-before it in the span and does not exceed its ACK's (:func:`span_emits`);
-the ACK itself is emitted unless a span message with the ACK's own clock was
-(:func:`ack_emits`, as Gazette's ``Sequencer.Step`` does).
+The commit rules that take these fields (which envelope commits, which is a
+duplicate) are :mod:`message.rules`.
 """
 
 from __future__ import annotations
@@ -106,24 +100,6 @@ def uuid_int(producer: int, clock: int, flags: int) -> int:
     return (((clock >> 4) & 0xFFFFFFFF) << 96) | high_bits(clock) | low_bits(producer, clock, flags)
 
 
-def outside_commits(clock: int, last_ack: int) -> bool:
-    """An OUTSIDE_TXN message (or one of unknown flags) commits, else it is a duplicate."""
-    return clock > last_ack
-
-
-def span_emits(clock: int, running: int, ack: int) -> bool:
-    """A span message is emitted at its ACK: its clock exceeds ``running``
-    (every clock of the producer seen before it in the span, starting from
-    ``last_ack``) and does not exceed the ACK's."""
-    return running < clock <= ack
-
-
-def ack_emits(ack: int, emitted: int) -> bool:
-    """The ACK of a span is emitted after it, unless the largest clock
-    ``emitted`` from the span (``last_ack`` if none) is the ACK's own."""
-    return ack > emitted
-
-
 # -- numpy forms -------------------------------------------------------------
 #
 # UUIDs as two uint64 arrays, ``hi`` and ``lo``. numpy is imported by the
@@ -178,26 +154,3 @@ def producers_of(lo: Array) -> Array:
 
     producers: Array = lo & np.uint64(PRODUCER_MASK)
     return producers
-
-
-def outside_commits_grouped(clocks: Array, groups: Array) -> Array:
-    """:func:`outside_commits` over producers that publish only OUTSIDE_TXN
-    messages: ``clocks`` in offset order within each producer, ``groups``
-    the producer of each (sorted, so that each producer's rows are
-    contiguous). A producer first seen with clock ``c`` starts at
-    ``last_ack = c - 1``, so its first message commits; each later one
-    commits iff its clock exceeds every earlier one (``last_ack`` is the
-    largest clock committed so far). Returns a bool mask."""
-    import numpy as np
-
-    if not len(clocks):
-        return np.zeros(0, dtype=bool)
-    # Running maximum of the clocks before each row, within its producer:
-    # each producer's clocks are ranked, then lifted above all earlier
-    # producers', so that one cumulative maximum serves them all.
-    rank = np.unique(clocks, return_inverse=True)[1].astype(np.int64).reshape(-1)
-    lifted = rank + groups.astype(np.int64) * (len(clocks) + 1)
-    prior = np.maximum.accumulate(np.r_[np.int64(-1), lifted[:-1]])
-    first = np.r_[True, groups[1:] != groups[:-1]]
-    keep: Array = np.asarray(first | (lifted > prior), dtype=bool)
-    return keep

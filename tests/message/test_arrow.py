@@ -459,7 +459,7 @@ def _frame_columns(draw: Any) -> tuple[Any, ...]:
     and producer states before them (some with an open span)."""
     import numpy as np
 
-    from message._columnar import ProducerColumns
+    from message._columns_sequencer import ProducerColumns
 
     n = draw(st.integers(0, 60))
     producers = draw(st.lists(st.integers(0, 5), min_size=n, max_size=n))
@@ -484,7 +484,7 @@ def test_native_sequence_columns_is_the_numpy_definition(cols: tuple[Any, ...]) 
     offsets and producer states, for any frames and states."""
     import numpy as np
 
-    from message._columnar import numpy_sequence_columns, sequence_columns
+    from message._columns_sequencer import numpy_sequence_columns, sequence_columns
 
     begin, producers, clocks, flags, states, replayed = cols
     want, want_states = numpy_sequence_columns(begin, producers, clocks, flags, states, replayed)

@@ -53,22 +53,6 @@ def test_uuids_of_a_clock_range_are_build_uuids(p: bytes, first: int, n: int, f:
     assert uuid_strings(p, first, n, f) == "".join(map(str, expected)).encode()
 
 
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(1, 40)), max_size=60))
-def test_numpy_outside_commit_rule_equals_the_scalar_one(rows: list[tuple[int, int]]) -> None:
-    """outside_commits_grouped is outside_commits applied producer by producer."""
-    np = pytest.importorskip("numpy")
-    rows = sorted(enumerate(rows), key=lambda r: (r[1][0], r[0]))  # by producer, then order
-    groups = np.array([g for _, (g, _) in rows], dtype=np.int64)
-    clks = np.array([c for _, (_, c) in rows], dtype=np.uint64)
-    expect, last_ack = [], {}
-    for _, (g, c) in rows:
-        commits = layout.outside_commits(c, last_ack.get(g, c - 1))
-        expect.append(commits)
-        if commits:
-            last_ack[g] = c
-    assert layout.outside_commits_grouped(clks, groups).tolist() == expect
-
-
 needs_native = pytest.mark.skipif(_core.NATIVE is None, reason="the native core is not in use")
 
 

@@ -18,8 +18,8 @@ Per producer, the Sequencer's state machine unrolls into scans:
    CONTINUE_TXN frames between two of them. A span closed by a committing
    ACK emits each frame whose clock exceeds every clock of the span before
    it (starting from ``last_ack``) and does not exceed the ACK's
-   (``layout.span_emits``); the ACK follows unless a frame with its own
-   clock was emitted (``layout.ack_emits``). Other spans are discarded.
+   (``rules.span_emits``); the ACK follows unless a frame with its own
+   clock was emitted (``rules.ack_emits``). Other spans are discarded.
 3. A span still open at the end of the window is the producer's ``begin``.
 
 A span open before the window (a state with ``begin``) is committed here
@@ -28,7 +28,7 @@ frames (``replayed``), as the Sequencer's replay re-reads them.
 
 :func:`numpy_sequence_columns` is the definition, in numpy; the native core,
 when built, runs the same rules as one pass over the frames
-(``message/_native_src/columnar.h``), and :func:`sequence_columns` picks it
+(``message/_native_src/columns_sequencer.h``), and :func:`sequence_columns` picks it
 (``EXACTLY_PURE_PYTHON=1``: numpy). The test suite holds the two to the same
 answers.
 """

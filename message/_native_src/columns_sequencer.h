@@ -1,7 +1,7 @@
 /*
  * Part of message/_native.c, which includes the parts in order as one
  * translation unit (their functions stay static): sequence_columns, the
- * native form of message/_columnar.py's sequence_columns (the definition).
+ * native form of message/_columns_sequencer.py's sequence_columns (the definition).
  *
  * The numpy definition unrolls the Sequencer's state machine into scans over
  * columns grouped by producer; here it runs as a state machine again, one
