@@ -89,7 +89,7 @@ class JournalReader(Protocol):
 
 @runtime_checkable
 class JournalClient(Protocol):
-    """Lists, reads and appends to journals (SPEC section 5)."""
+    """Lists, reads and appends to journals (see docs/journal-store.md and docs/gazette.md)."""
 
     def list(self, selector: str | LabelSelector = "") -> builtins.list[JournalSpec]:
         """Specs of the journals matching ``selector``, sorted by name. The

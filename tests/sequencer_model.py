@@ -1,7 +1,7 @@
 """A deliberately simple reference model of the Sequencer's committed output.
 
-Written straight from the rules of SPEC section 3 ("Semantics are those of
-Gazette's Sequencer, made independent of the ring"), as an oracle for the
+Written straight from the rules of docs/concepts.md ("Sequencing": Gazette's
+Sequencer, made independent of the ring), as an oracle for the
 property tests. It has no ring and never replays: it keeps the whole log of
 every journal and, when a transaction commits, re-reads the span from that log.
 
@@ -18,7 +18,7 @@ OUTSIDE_TXN (a producer first seen with clock ``c`` starts at ``c - 1``):
   offset order, each only if its clock exceeds every clock of the producer
   seen earlier in the span (starting from ``last_ack``) and is ``<=`` the
   ACK's clock; then the ACK itself, unless the last message emitted has the
-  ACK's own clock (as Gazette's ``Sequencer.Step`` does; SPEC's wording says
+  ACK's own clock (as Gazette's ``Sequencer.Step`` does; the plain wording says
   "then the ACK itself" without that exception).
 - Clock 0 (the nil UUID included) always commits and is never tracked.
 
@@ -91,7 +91,7 @@ class SequencerModel:
     def queue(self, env: Any) -> tuple[bool | None, list[Any]]:
         """Apply one envelope: return (queue_uncommitted's result, envelopes it commits).
 
-        The result is None where SPEC leaves it open: a CONTINUE_TXN extending a
+        The result is None where the rules leave it open: a CONTINUE_TXN extending a
         span restored from a ProducerState, whose largest clock is unknown.
         """
         producer, clock, flags = decode(env.message.get_uuid())

@@ -6,7 +6,7 @@
   so that consumers must not assume contiguous envelopes).
 - ``chaos_workloads`` draws arbitrary envelope sequences over a few producers
   and tiny clocks (lots of duplicates, roll-backs, partial ACKs).
-- ``publisher_workloads`` simulates publishers the way SPEC describes them:
+- ``publisher_workloads`` simulates publishers the way docs/concepts.md describes them:
   committed messages, transactions committed, rolled back, partially
   acknowledged or abandoned, duplicated frames and transactions, re-written
   ACKs, unknown flags, nil UUIDs and clock 0, interleaved producers and
@@ -198,7 +198,7 @@ _ACTIONS = (
 
 @st.composite
 def publisher_workloads(draw: st.DrawFn, max_steps: int = 50, max_journals: int = 3) -> Workload:
-    """Envelopes written by simulated publishers, with the faults SPEC describes."""
+    """Envelopes written by simulated publishers, with the faults docs/concepts.md describes."""
     n_journals = draw(st.integers(1, max_journals))
     n_producers = draw(st.integers(1, 3))
     steps = draw(

@@ -1,5 +1,5 @@
-"""The public API: every name SPEC.md fixes is importable from its package root,
-and every package's ``__all__`` names only what exists."""
+"""The public API: every name the API reference (docs/api.md) fixes is
+importable from its package root, and every package's ``__all__`` names only what exists."""
 
 from __future__ import annotations
 

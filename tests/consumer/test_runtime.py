@@ -1,5 +1,5 @@
-"""The consumer runtime in one process: the transaction lifecycle of SPEC
-section 9, held to the counting application's expected outcome (see
+"""The consumer runtime in one process: the transaction lifecycle of
+docs/consumer.md, held to the counting application's expected outcome (see
 tests/consumer_support.py)."""
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """The ``exactly`` command line, run as a user would: in subprocesses.
 
-SPEC section 7 is checked here: the subcommands --help lists, journal
+The command line of docs/cli.md is checked here: the subcommands --help lists, journal
 administration, append, read (uncommitted, committed, follow), the demo, and
 one-line errors without a traceback (user mistakes exit 1, usage mistakes 2).
-test_cli_gazette.py checks ``--broker`` (SPEC section 8)."""
+test_cli_gazette.py checks ``--broker`` (docs/gazette.md)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The framing package as a whole: constants, registry, errors, exports,
 the conformance check for every built-in framing, and ``unpack_line``.
 
-SPEC section 4 is checked here (constants, ``register_framing``,
+The framing contract (docs/framing.md) is checked here (constants, ``register_framing``,
 ``framing_by_content_type`` and its error, the ``Framing`` contract through
 ``check_framing``: one frame per call, ``EOFError``, ``TruncatedFrameError``;
 ``unpack_line``) and in the modules of each framing: test_framing_json.py

@@ -1,4 +1,4 @@
-"""A secured Gazette cluster (SPEC 8a): TLS with a throwaway CA, mutual TLS
+"""A secured Gazette cluster (docs/gazette.md): TLS with a throwaway CA, mutual TLS
 and ``--broker.auth-keys``. Every journal operation works with the right
 options, given or from the environment; without them, or with wrong ones,
 one clear BrokerAuthError comes at once; an address where no broker answers

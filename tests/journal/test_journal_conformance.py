@@ -1,6 +1,7 @@
 """Both shipped JournalStore implementations pass the conformance suite.
 
-SPEC section 5 is checked here, through journal.testing's checks: the
+The JournalClient and JournalStore contract (docs/api.md) is checked here,
+through journal.testing's checks: the
 ``JournalClient`` protocol (``list`` with selectors, ``get``, ``append``
 contiguous and never interleaved across threads, ``read`` with ``offset``,
 ``end_offset`` and ``block``, ``flush``, ``close``, the context manager) and
@@ -8,8 +9,8 @@ contiguous and never interleaved across threads, ``read`` with ``offset``,
 test_journal_labels.py (``JournalSpec``, ``LabelSet``, selectors,
 ``AppendResult``), test_journal_crash.py (appends from several processes; no
 partial frame and no acknowledged append lost across SIGKILL),
-test_journal_local.py (the on-disk store), test_gazette_client.py (SPEC
-section 8)."""
+test_journal_local.py (the on-disk store), test_gazette_client.py
+(docs/gazette.md)."""
 
 from __future__ import annotations
 

@@ -213,7 +213,7 @@ def test_empty_checkpoint() -> None:
 )
 def test_garbage_is_a_checkpoint_error(decode: Any, data: Any) -> None:
     """Bytes or text that are no checkpoint raise CheckpointError: a
-    MessageError and a ValueError (SPEC: errors derive from the package's base)."""
+    MessageError and a ValueError (errors derive from the package's base)."""
     with pytest.raises(CheckpointError) as info:
         decode(data)
     assert isinstance(info.value, MessageError) and isinstance(info.value, ValueError)

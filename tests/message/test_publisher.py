@@ -433,7 +433,7 @@ class NoUUID(dict):
 
 
 def test_message_without_a_uuid_is_at_least_once(client) -> None:
-    """SPEC: a message type that returns the nil UUID and ignores set_uuid opts
+    """A message type that returns the nil UUID and ignores set_uuid opts
     out of exactly-once: each copy published is read committed."""
     pub = Publisher(client)
     m = NoUUID(n=1)

@@ -1,5 +1,5 @@
 """The commit rules (message.rules): ``decide`` against the table written
-out here from SPEC's semantics, and each Sequencer (native and Python)
+out here from docs/concepts.md, and each Sequencer (native and Python)
 against ``decide``, envelope by envelope."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ PRODUCER = bytes.fromhex("0a0b0c0d0e0f")
 
 def expected(flags: int, clock: int, last_ack: int, max_clock: int, span_open: bool
              ) -> QueueOutcome:
-    """SPEC section 3, spelled out as a table."""
+    """docs/concepts.md's rules, spelled out as a table."""
     if clock == 0:
         return QueueOutcome.COMMIT_UNTRACKED
     if flags == C:

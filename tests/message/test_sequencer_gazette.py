@@ -1,4 +1,4 @@
-"""Gazette's sequencer_test.go, ported to SPEC section 3's Sequencer.
+"""Gazette's sequencer_test.go, ported to the Sequencer of docs/concepts.md.
 
 The cases are those of Gazette's message/sequencer_test.go at the version
 whose API ours follows (QueueUncommitted returning a bool, DequeCommitted,
@@ -6,8 +6,8 @@ ReplayRange, StartReplay, ProducerStates, HasPending(since)), plus the later
 cases that still apply (checkpoints in the middle of a dequeue, duplicates
 straddling a restored checkpoint).
 
-SPEC's Sequencer is "Gazette's made independent of the ring"; where the two
-differ, SPEC wins and a comment says so. The differences met here:
+This Sequencer is "Gazette's made independent of the ring"; where the two
+differ, the rules here (message.rules) win and a comment says so. The differences met here:
 
 - The largest clock of an open span is tracked apart from the ring, so a
   CONTINUE_TXN duplicate is recognised (queue_uncommitted returns True) even
@@ -291,7 +291,7 @@ def test_txn_without_buffer(buffer: int) -> None:
     a1_dup, a2_dup = gen(A, 1, CONTINUE), gen(A, 2, CONTINUE)
     a3_ack, b2, b3_ack = gen(A, 3, ACK), gen(B, 2, CONTINUE), gen(B, 3, ACK)
 
-    # SPEC: the duplicates are recognised though their originals left the
+    # Here the duplicates are recognised though their originals left the
     # ring (the older Go code returned False for them).
     assert h.queue(a1, a2, b1, a1_dup, a2_dup, a3_ack) == [False, False, False, True, True, True]
     h.expect_replay(a1.begin, a3_ack.begin, a1, a2, b1, a1_dup, a2_dup)
@@ -353,7 +353,7 @@ def test_outside_txn_cases() -> None:
 
 
 def test_clock_zero_of_a_known_producer_commits_untracked() -> None:
-    """SPEC: any envelope with clock 0 commits at once, whatever its flags, and is never tracked."""
+    """Any envelope with clock 0 commits at once, whatever its flags, and is never tracked."""
     gen = EnvelopeGenerator()
     h = Harness(Sequencer(buffer=1))
     a5 = gen(A, 5, CONTINUE)
@@ -373,7 +373,7 @@ def test_clock_zero_of_a_known_producer_commits_untracked() -> None:
 
 
 def test_dropped_envelopes_take_no_ring_slot() -> None:
-    """SPEC: the ring holds the last ``buffer`` envelopes that were kept; dropped
+    """The ring holds the last ``buffer`` envelopes that were kept; dropped
     duplicates and roll-backs take no slot, so they evict nothing and the ACK
     below is served from a ring of 3 without a replay."""
     gen = EnvelopeGenerator()
@@ -446,7 +446,7 @@ def test_producer_states_round_trip() -> None:
 def test_producer_states_round_trip_during_dequeue() -> None:
     """Gazette's ...RoundTripDuringDequeue, as the resume procedure a reader must follow.
 
-    SPEC's producer_states() refuses to run while messages remain to dequeue
+    producer_states() refuses to run while messages remain to dequeue
     (Gazette's later Checkpoint tightened its internal state instead). A
     reader checkpointing in the middle of a committed sequence resumes at the
     committing envelope with the states from before it, the committing
@@ -513,7 +513,7 @@ def test_producer_states_straddle_duplicate() -> None:
     assert h1.queue(a1_dup, a2_dup, a3_dup, a4_ack) == [True, True, True, True]
     h1.expect_deque(a1, a2, a3, a4_ack)
 
-    # SPEC leaves open whether the restored Sequencer, which never saw a1..a3,
+    # The rules leave open whether the restored Sequencer, which never saw a1..a3,
     # reports the copies as duplicates (Gazette reports them as extending the
     # span); only its output is pinned.
     h2.queue(a1_dup, a2_dup, a3_dup)

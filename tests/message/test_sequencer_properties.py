@@ -322,7 +322,7 @@ def test_read_committed_iter_checkpoint_at_every_yield(w: Workload) -> None:
 
 def test_read_committed_iter_checkpoint_span_message_with_the_acks_clock() -> None:
     """A checkpoint after a span message whose clock equals its ACK's, which is duplicated
-    before the ACK: the resumed reader yields the ACK only (SPEC: none twice)."""
+    before the ACK: the resumed reader yields the ACK only (none twice)."""
     client = MemoryJournalClient()
     client.create("it/journal", {"content-type": NDJSON})
     framing = framing_by_content_type(NDJSON)

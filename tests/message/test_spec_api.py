@@ -1,6 +1,6 @@
-"""SPEC section 3 (``message``): the shapes and signatures the contract fixes.
+"""The ``message`` API (docs/api.md): the shapes and signatures it fixes.
 
-Where the rest of SPEC section 3 is checked:
+Where the rest of the message contract is checked:
 
 - Identifiers (``new_producer_id``, ``Flags``, ``build_uuid``, ``get_*``,
   ``new_clock``, ``Clock``): test_uuid.py.

@@ -2,7 +2,7 @@
 sequential reader, writes are exactly-once under task retries, streams are
 exactly-once across restarts, and the latest state per key.
 
-SPEC section 6 is checked here: reads by journal or selector, the envelope
+The journal data source of docs/spark.md is checked here: reads by journal or selector, the envelope
 columns and their types, ``schema``, ``isolation``, ``include_acks`` and
 column clashes; exactly-once writes, after retries and after a failed job.
 test_pipeline_scan.py checks the same reads and writes without Spark."""
