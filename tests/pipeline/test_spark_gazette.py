@@ -22,7 +22,7 @@ from message import (
     get_flags,
 )
 from pipeline._stores import STATE_PREFIX
-from tests.pipeline.test_spark_source import committed_rows, random_workload
+from tests.pipeline.support import committed_rows, random_workload
 
 pytestmark = pytest.mark.spark
 
