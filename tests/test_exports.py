@@ -251,3 +251,27 @@ def test_the_gazette_client_loads_grpc_only_when_named() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
+
+
+@pytest.mark.parametrize("module", ["message._native", "journal._native"])
+def test_native_stubs_name_what_the_module_has(module: str) -> None:
+    """Each native extension module's ``.pyi`` names exactly its functions
+    and classes, and each class's public methods."""
+    import ast
+    import importlib
+    from pathlib import Path
+
+    try:
+        native = importlib.import_module(module)
+    except ImportError:
+        pytest.skip(f"{module} is not built here")
+    root = Path(__file__).resolve().parent.parent
+    tree = ast.parse((root / (module.replace(".", "/") + ".pyi")).read_text())
+    stubbed = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    assert set(stubbed) == {n for n in dir(native) if not n.startswith("_")}
+    for name, node in stubbed.items():
+        if isinstance(node, ast.ClassDef):
+            methods = {m.name for m in node.body if isinstance(m, ast.FunctionDef)
+                       and not m.name.startswith("_")}
+            actual = {m for m in dir(getattr(native, name)) if not m.startswith("_")}
+            assert methods == actual, name
