@@ -25,7 +25,7 @@ from typing import Final, TypeVar
 
 from . import metrics
 from ._errors import JournalClosedError, JournalError
-from ._future import AppendFuture, new_future
+from ._future import FUTURE, AppendFuture, new_future
 from ._pending import NATIVE, Pending
 from ._spec import AppendResult
 
@@ -263,7 +263,7 @@ class AppendQueue:
         batch = _Batch(len(futures), self._taken + 1, None, futures)
         self._taken += batch.count
         # An append cancelled before its batch started is not written.
-        live = batch.live = AppendFuture.start_all(futures)
+        live = batch.live = FUTURE.start_all(futures)
         if live is not None:
             data = [data[i] for i in live]
             batch.futures = [futures[i] for i in live]
@@ -290,7 +290,7 @@ class AppendQueue:
                              len(batch.futures) - len(results))
 
     def _resolve(self, batch: _Batch) -> None:
-        AppendFuture.resolve_all(batch.futures, batch.results, batch.error)
+        FUTURE.resolve_all(batch.futures, batch.results, batch.error)
         failures: list[tuple[int, BaseException]] = []
         if batch.error is not None:
             live = batch.live

@@ -25,6 +25,11 @@ collector took half the CPU time of 100-byte appends to a Gazette cluster.
 (CPython does the same for its tuples and dicts of atomic values.) Set no
 other attribute on an append future: one that refers back to it would not
 be collected.
+
+All this reads and writes ``Future``'s private fields. At import,
+``LAYOUT_KNOWN`` checks that a ``Future`` keeps them as expected; where it
+does not (another Python), append futures are ``PlainAppendFuture``s, which
+go through ``Future``'s public methods alone.
 """
 
 from __future__ import annotations
@@ -178,14 +183,63 @@ class AppendFuture(Future[T], Generic[T]):
             super().set_exception(exception)
 
 
+class PlainAppendFuture(Future[T], Generic[T]):
+    """The plain way, through ``Future``'s public methods alone: what append
+    futures are where ``Future``'s private layout is not the one
+    ``AppendFuture`` was written for (see ``LAYOUT_KNOWN``)."""
+
+    @staticmethod
+    def start_all(futures: list[Any]) -> list[int] | None:
+        """As ``AppendFuture.start_all``."""
+        live = [i for i, f in enumerate(futures) if f.set_running_or_notify_cancel()]
+        return None if len(live) == len(futures) else live
+
+    @staticmethod
+    def resolve_all(futures: list[Any], results: list[Any], error: BaseException | None) -> None:
+        """As ``AppendFuture.resolve_all``."""
+        for f, result in zip(futures, results, strict=False):
+            f.set_result(result)
+        if error is not None:
+            for f in futures[len(results):]:
+                f.set_exception(error)
+
+
+def _layout_is_known() -> bool:
+    """Whether a ``Future`` keeps what ``AppendFuture`` reads and writes
+    where it expects it: the attributes ``Future.__init__`` sets, and the
+    states it moves through, as Python 3.11 to 3.14 have them."""
+    f: Future[int] = Future()
+    if set(vars(f)) != {"_condition", "_state", "_result", "_exception", "_waiters",
+                        "_done_callbacks"}:
+        return False
+    states = [getattr(f, "_state", None)]
+    f.set_running_or_notify_cancel()
+    states.append(getattr(f, "_state", None))
+    f.set_result(1)
+    states.append(getattr(f, "_state", None))
+    return states == [PENDING, RUNNING, FINISHED] and getattr(f, "_result", None) == 1
+
+
+#: True where ``AppendFuture``'s shortcuts apply (checked once, at import);
+#: elsewhere append futures are ``PlainAppendFuture``s.
+LAYOUT_KNOWN: Final = _layout_is_known()
+
+#: The class of append futures: its ``start_all`` and ``resolve_all`` start
+#: and resolve a batch of them.
+FUTURE: Final[type[AppendFuture[Any]] | type[PlainAppendFuture[Any]]] = (
+    AppendFuture if LAYOUT_KNOWN else PlainAppendFuture
+)
+
+
 def _track_nothing(_future: object) -> None:
     """Futures made by ``AppendFuture`` itself are never out of the collector."""
 
 
-#: ``new_future()`` is a new ``AppendFuture``; where the native core is
-#: built, one out of the cyclic garbage collector (see the module docstring),
-#: and ``_track`` puts it back under the collector.
-new_future: Callable[[], AppendFuture[Any]] = (
-    AppendFuture if NATIVE is None else NATIVE.make_untracked(AppendFuture)
+#: ``new_future()`` is a new append future; an ``AppendFuture`` where the
+#: native core is built, one out of the cyclic garbage collector (see the
+#: module docstring), and ``_track`` puts it back under the collector.
+new_future: Callable[[], Future[Any]] = (
+    PlainAppendFuture if not LAYOUT_KNOWN
+    else AppendFuture if NATIVE is None else NATIVE.make_untracked(AppendFuture)
 )
 _track: Callable[[object], None] = _track_nothing if NATIVE is None else NATIVE.track

@@ -30,7 +30,7 @@ from concurrent.futures import CancelledError, Future
 from typing import TYPE_CHECKING, Any, Final
 
 from ._closing import Closing
-from ._future import AppendFuture
+from ._future import LAYOUT_KNOWN, AppendFuture
 from ._pending import NATIVE
 
 if TYPE_CHECKING:
@@ -64,7 +64,9 @@ def py_scan_futures(
 #: ``py_scan_futures``, natively where built (append futures read in C).
 scan_futures: Callable[
     [builtins.list[Future[Any]]], tuple[BaseException | None, builtins.list[Future[Any]]]
-] = py_scan_futures if NATIVE is None else NATIVE.ScanFutures(AppendFuture)
+]= (
+    NATIVE.ScanFutures(AppendFuture) if NATIVE is not None and LAYOUT_KNOWN else py_scan_futures
+)
 
 
 class PendingAppends:

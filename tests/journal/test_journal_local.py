@@ -958,3 +958,41 @@ def test_a_journal_without_a_recorded_start_keeps_the_old_rule(
         assert s.check("bad/j") == [] and s.verify("bad/j")
         s.trim("bad/j", before_offset=bounds[1][1])
         assert (jdir / "@start").read_text() == f"{bounds[1][1]}\n"
+
+
+_OTHER_FUTURE_LAYOUT = r"""
+import concurrent.futures, sys
+plain_init = concurrent.futures.Future.__init__
+def init(self):  # a Future that keeps one more private field than 3.11's
+    plain_init(self)
+    self._other = None
+concurrent.futures.Future.__init__ = init
+from journal import LocalJournalStore, TrackingClient
+from journal._future import LAYOUT_KNOWN, PlainAppendFuture
+assert not LAYOUT_KNOWN
+with LocalJournalStore(sys.argv[1]) as store:
+    store.create("j", {"content-type": "application/x-ndjson"})
+    futures = [store.append("j", b'{"n": %d}\n' % i) for i in range(1000)]
+    assert all(isinstance(f, PlainAppendFuture) for f in futures)
+    ends = [f.result(timeout=30).end for f in futures]
+    assert ends == sorted(ends) and ends[-1] == store.head("j")
+    tracked = TrackingClient(store)
+    tracked.append("j", b'{"n": -1}\n')
+    tracked.flush(30)
+print("ok")
+"""
+
+
+def test_append_futures_fall_back_to_the_plain_way_on_another_future_layout(
+    tmp_path: Path,
+) -> None:
+    """Where Future's private fields are not the ones AppendFuture was
+    written for, appends still resolve, in order, through Future's public
+    methods alone."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _OTHER_FUTURE_LAYOUT, str(tmp_path)],
+                       capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
