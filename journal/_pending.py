@@ -156,7 +156,7 @@ def _load() -> ModuleType | None:
     if os.environ.get("EXACTLY_PURE_PYTHON", "") not in ("", "0"):
         return None
     try:
-        from . import _native  # type: ignore[attr-defined]
+        from . import _native
     except ImportError:
         return None
     native: ModuleType = _native

@@ -50,7 +50,7 @@ def _load() -> ModuleType | None:
     if pure_python_requested():
         return None
     try:
-        from . import _native  # type: ignore[attr-defined]
+        from . import _native
     except ImportError as exc:
         warnings.warn(
             f"{NOT_BUILT} ({exc}): the Python implementation runs, several times slower."

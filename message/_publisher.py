@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from journal import JournalError
 
 from ._counts import COUNTS
 from ._interfaces import MappingFunc, Message
-from ._uuid import Clock, Flags, build_uuid, new_producer_id
+from ._uuid import Clock, Flags, build_uuid, new_producer_id, uuid_from_int
 from .layout import UUID_EPOCH_OFFSET as _EPOCH
 from .layout import high_bits, low_bits
 
@@ -26,13 +25,6 @@ if TYPE_CHECKING:
 _OUTSIDE: Final = int(Flags.OUTSIDE_TXN)
 _CONTINUE: Final = int(Flags.CONTINUE_TXN)
 
-# A uuid.UUID made without its __init__ (which re-validates the int): its two
-# slots set through their descriptors, quicker than object.__setattr__ by name.
-_UUID: Final = uuid.UUID
-_new_uuid: Final = object.__new__
-_set_uuid_int: Final = vars(uuid.UUID)["int"].__set__
-_set_uuid_safe: Final = vars(uuid.UUID)["is_safe"].__set__
-_SAFE: Final = uuid.SafeUUID.unknown
 
 
 @dataclass(slots=True)
@@ -142,11 +134,9 @@ class Publisher:
             if clock >> 36 != self._high_of:
                 self._high_of = clock >> 36
                 self._high = high_bits(clock)
-            u = _new_uuid(_UUID)
-            _set_uuid_int(
-                u, (((clock >> 4) & 0xFFFFFFFF) << 96) | self._high | self._low[flags][clock & 0xF]
+            u = uuid_from_int(
+                (((clock >> 4) & 0xFFFFFFFF) << 96) | self._high | self._low[flags][clock & 0xF]
             )
-            _set_uuid_safe(u, _SAFE)
             msg.set_uuid(u)
             frame = framing.marshal(msg)
             future = self._client.append(journal, frame)

@@ -23,7 +23,7 @@ import uuid6
 
 from framing import FrameDecodeError
 
-from ._uuid import UUID_INT_OF, _uuid_from_int
+from ._uuid import UUID_INT_OF, uuid_from_int
 
 NIL_UUID = uuid.UUID(int=0)
 
@@ -39,7 +39,7 @@ def _uuid_from_str(s: str) -> uuid.UUID:
         try:
             # int() also takes "_" between digits and a leading sign: such a
             # string is no UUID anyway, and any value it gives is as good.
-            return _uuid_from_int(int(s.replace("-", ""), 16))
+            return uuid_from_int(int(s.replace("-", ""), 16))
         except ValueError:
             return NIL_UUID
     try:
@@ -113,7 +113,7 @@ class JsonDocument(dict[str, Any]):
         if type(value) is str and len(value) == 36:
             # The canonical form, parsed inline (see _uuid_from_str).
             try:
-                return _uuid_from_int(int(value.replace("-", ""), 16))
+                return uuid_from_int(int(value.replace("-", ""), 16))
             except ValueError:
                 return NIL_UUID
         return _as_uuid(value)

@@ -40,6 +40,23 @@ _SET = object.__setattr__
 _SAFE = uuid.SafeUUID.unknown
 
 
+def _slots_are_known() -> bool:
+    """Whether a ``uuid.UUID`` is its two slots, ``int`` and ``is_safe``, as
+    Python 3.11 to 3.14 have it: then a UUID is made by setting them, with
+    no re-validation; elsewhere ``uuid.UUID(int=...)`` makes it."""
+    if set(getattr(uuid.UUID, "__slots__", ())) - {"__weakref__"} != {"int", "is_safe"}:
+        return False
+    value = (0x1234 << 96) | 0x5678
+    u = _UUID_NEW(uuid.UUID)
+    _SET(u, "int", value)
+    _SET(u, "is_safe", _SAFE)
+    return u == uuid.UUID(int=value) and str(u) == str(uuid.UUID(int=value))
+
+
+#: Checked once, at import (see ``uuid_from_int``).
+SLOTS_KNOWN = _slots_are_known()
+
+
 class Flags(enum.IntEnum):
     """Transaction semantics of a message, the 10 low bits of its clock sequence."""
 
@@ -71,13 +88,23 @@ def new_clock(unix_ns: int) -> int:
     return ((unix_ns // 100) + UUID_EPOCH_OFFSET) << 4
 
 
-def _uuid_from_int(value: int) -> uuid.UUID:
-    # uuid.UUID(int=...) re-validates its argument; the value built here is in
-    # range by construction, so set the slots directly (three times faster).
+def _uuid_by_slots(value: int) -> uuid.UUID:
     u = _UUID_NEW(uuid.UUID)
     _SET(u, "int", value)
     _SET(u, "is_safe", _SAFE)
     return u
+
+
+def _uuid_by_constructor(value: int) -> uuid.UUID:
+    return uuid.UUID(int=value)
+
+
+#: The ``uuid.UUID`` of a 128-bit value known to be in range. ``uuid.UUID(int=...)``
+#: re-validates its argument; where the slots are known (``SLOTS_KNOWN``)
+#: they are set directly instead, three times faster.
+uuid_from_int: Callable[[int], uuid.UUID] = (
+    _uuid_by_slots if SLOTS_KNOWN else _uuid_by_constructor
+)
 
 
 def build_uuid(producer: bytes, clock: int, flags: int) -> uuid.UUID:
@@ -90,7 +117,7 @@ def build_uuid(producer: bytes, clock: int, flags: int) -> uuid.UUID:
         # A Clock is 64 bits; more would be cut silently, maybe down to the
         # clock 0 that opts a message out of exactly-once.
         raise ValueError(f"clock must be in 0..2**64-1, not {clock}")
-    return _uuid_from_int(uuid_int(int.from_bytes(producer, "big"), clock, flags))
+    return uuid_from_int(uuid_int(int.from_bytes(producer, "big"), clock, flags))
 
 
 def get_clock(u: uuid.UUID) -> int:

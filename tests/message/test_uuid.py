@@ -341,3 +341,32 @@ def test_build_uuid_rejects_clocks_beyond_64_bits() -> None:
     for bad in (1 << 64, -1):
         with pytest.raises(ValueError):
             build_uuid(b"\x01" * 6, bad, 0)
+
+
+def test_uuids_are_made_by_the_constructor_where_uuid_slots_differ() -> None:
+    """Where uuid.UUID is not its two slots ``int`` and ``is_safe``, UUIDs
+    are made by its constructor, and stay the same values."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = r"""
+import uuid
+class Other(uuid.UUID):  # a UUID class with one more slot
+    __slots__ = ("extra",)
+uuid.UUID = Other
+from message import Flags, build_uuid
+from message._uuid import SLOTS_KNOWN
+assert not SLOTS_KNOWN
+u = build_uuid(bytes(range(1, 7)), 0x1EF1234567890ABC, Flags.ACK_TXN)
+assert isinstance(u, Other) and u.version == 1, u
+print(u)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=60, cwd=Path(__file__).resolve().parents[2],
+                       env={"EXACTLY_PURE_PYTHON": "1", "PATH": ""})
+    assert r.returncode == 0, r.stderr
+    from message import Flags, build_uuid
+
+    assert r.stdout.strip() == str(build_uuid(bytes(range(1, 7)), 0x1EF1234567890ABC,
+                                              Flags.ACK_TXN))
