@@ -190,6 +190,25 @@ class ReadUncommittedIter(_EnvelopeIter):
         self._tracker: OffsetTracker | None = None  # made by the bulk loops
         self._gen = self._stored() if self._listener is None else self._with_transient()
 
+    def reread(self, begin: int, end: int) -> ReadUncommittedIter:
+        """The frames ``[begin, end)`` of the journal again (a Sequencer's
+        replay), skipping what this iterator skips. Corrupt frames among
+        them were reported (or skipped and counted) when first read: a
+        re-read skips them without a word."""
+        it = ReadUncommittedIter(
+            self._client, self.spec.name, self._new_message, offset=begin, end_offset=end,
+            skip_corrupt=self._skip_corrupt,
+        )
+        it._quiet = True
+        return it
+
+    def native_reader(self) -> Any:
+        """The native loop that decodes this iterator's envelopes, for a
+        ``ReadCommittedIter`` to drive with a native Sequencer; None where
+        the Python loops run (no native core, or a framing without bulk
+        frames)."""
+        return self._fast_reader() if self._fast_capable else None
+
     def _stored(self) -> _Steps:
         """The loop over the stored frames of ``self._reader``."""
         if self._fast_capable:
@@ -459,15 +478,14 @@ class ReadCommittedIter(_EnvelopeIter):
         )
         self.spec = self._uncommitted.spec
         self.replays = 0
+        native = self._uncommitted.native_reader()
         if (
-            self._uncommitted._fast_capable
+            native is not None
             and _runs_natively(self.sequencer)
             and not transient  # emits pass the Sequencer by, in _generate
         ):
             # The native loop: the envelope reader feeds the native Sequencer.
-            self._gen = NATIVE.CommittedReader(
-                self._uncommitted._fast_reader(), self.sequencer, self._start_replay
-            )
+            self._gen = NATIVE.CommittedReader(native, self.sequencer, self._start_replay)
         else:
             self._gen = self._generate()
 
@@ -514,18 +532,7 @@ class ReadCommittedIter(_EnvelopeIter):
     def _start_replay(self, begin: int, end: int) -> ReadUncommittedIter:
         self.replays += 1
         metrics.record_replay(self._journal, end - begin)
-        return self._replay_iter(begin, end)
-
-    def _replay_iter(self, begin: int, end: int) -> ReadUncommittedIter:
-        """The frames ``[begin, end)`` again. Corrupt frames among them were
-        reported (or skipped and counted) when first read; a replay skips
-        them without a word."""
-        it = ReadUncommittedIter(
-            self._client, self._journal, self._new_message, offset=begin, end_offset=end,
-            skip_corrupt=self._uncommitted._skip_corrupt,
-        )
-        it._quiet = True
-        return it
+        return self._uncommitted.reread(begin, end)
 
     @property
     def commit_offset(self) -> int:
