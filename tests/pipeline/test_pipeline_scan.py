@@ -608,10 +608,10 @@ def test_uuid_columns_parse_as_uuid_does(values: list[Any], cut: int) -> None:
     """A column of UUID strings (sliced arrays too) gives what ``uuid.UUID``
     makes of each string, and the nil UUID for anything else, in whichever
     implementation runs (native, or numpy with EXACTLY_PURE_PYTHON)."""
-    import message.arrow as arrow
+    from message.arrow._windows import _uuid_halves
 
     arr = pa.array(values, pa.string()).slice(min(cut, len(values)))
-    hi, lo = arrow._uuid_halves(arr)
+    hi, lo = _uuid_halves(arr)
     got = [(int(h) << 64) | int(v) for h, v in zip(hi, lo, strict=True)]
     assert got == [_uuid_int_or_nil(text) for text in arr.to_pylist()]
 

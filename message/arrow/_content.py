@@ -1,0 +1,241 @@
+"""The content of Arrow rows: the envelope columns, content schemas (NDJSON
+fields, CSV columns, protobuf fields) and their conversion to Arrow."""
+
+from __future__ import annotations
+
+import importlib
+import io
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.json as pa_json
+
+from framing import (
+    CONTENT_TYPE_CSV,
+    CONTENT_TYPE_JSON_LINES,
+    CONTENT_TYPE_PROTO_FIXED,
+)
+from journal import JournalClient, JournalSpec, read_all
+
+from .._interfaces import Message
+from .._types import CSVRecord, document_type, proto_message_type
+
+if TYPE_CHECKING:
+    Array = np.ndarray[Any, Any]
+else:
+    Array = Any
+
+
+
+log = logging.getLogger("message")
+
+#: The envelope columns of every row, in order, with their Arrow types.
+#: ``producer`` is the ProducerID as 12 hex digits; ``publish_time`` the
+#: time in the UUID's clock (null for the nil UUID); ``commit_offset`` the
+#: offset of the frame whose arrival committed the row (an OUTSIDE_TXN
+#: message commits itself, a transaction's messages are committed by its
+#: ACK): ordering one journal's rows by ``(commit_offset, begin)`` is the
+#: order a Sequencer emits them in.
+ENVELOPE_FIELDS: Final[tuple[tuple[str, pa.DataType], ...]] = (
+    ("journal", pa.string()),
+    ("begin", pa.int64()),
+    ("end", pa.int64()),
+    ("uuid", pa.string()),
+    ("producer", pa.string()),
+    ("clock", pa.int64()),
+    ("flags", pa.int32()),
+    ("publish_time", pa.timestamp("us", tz="UTC")),
+    ("commit_offset", pa.int64()),
+)
+#: The names of :data:`ENVELOPE_FIELDS`.
+ENVELOPE_NAMES: Final = tuple(name for name, _ in ENVELOPE_FIELDS)
+
+#: Bytes of a journal read, decoded and sequenced at once (a batch's worth).
+BATCH_BYTES: Final = 8 << 20
+#: Bytes at the start of each journal that NDJSON schema inference looks at.
+INFER_BYTES: Final = 1 << 20
+
+
+
+def load_proto_class(path: str) -> Any:
+    """The protobuf message class named ``package.module.Class`` (or ``module:Class``)."""
+    module, sep, name = path.rpartition(":") if ":" in path else path.rpartition(".")
+    if not sep or not module:
+        raise ValueError(f"proto_class must be 'package.module.Class', not {path!r}")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ValueError(f"cannot import protobuf class {path!r}: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class ArrowContent:
+    """Which content columns a journal's messages are decoded into.
+
+    ``fields``: ``(name, Arrow type)`` of each content column. NDJSON: a
+    top-level field of the document (absent: null), whose UUID is at
+    ``uuid_path``. CSV: a ``CSVRecord``, whose first field is the UUID and
+    the next ones the content columns by position (``""`` is null). Fixed
+    protobuf: a message of ``proto_class`` (a class, or its
+    ``"package.module.Class"``) whose UUID is in ``uuid_field``; columns are
+    fields by name. Values that do not convert to a column's type are null,
+    as in Spark's JSON reader.
+    """
+
+    fields: tuple[tuple[str, pa.DataType], ...] = ()
+    uuid_path: tuple[str, ...] = ("_meta", "uuid")
+    proto_class: Any = None
+    uuid_field: str = "uuid"
+    _types: dict[str, Callable[[], Message]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    @property
+    def names(self) -> list[str]:
+        """The content columns' names."""
+        return [name for name, _ in self.fields]
+
+    def schema(self) -> pa.Schema:
+        """The schema of the batches: envelope columns, then content columns."""
+        return pa.schema([*ENVELOPE_FIELDS, *self.fields])
+
+    def message_type(self, content_type: str | None) -> Callable[[], Message]:
+        """A factory of empty messages of the journal's framing."""
+        cached = self._types.get(content_type or "")
+        if cached is not None:
+            return cached
+        factory: Callable[[], Message]
+        if content_type == CONTENT_TYPE_JSON_LINES:
+            factory = document_type("/".join(self.uuid_path))
+        elif content_type == CONTENT_TYPE_CSV:
+            factory = CSVRecord
+        elif content_type == CONTENT_TYPE_PROTO_FIXED:
+            if self.proto_class is None:
+                raise ValueError(
+                    "a fixed-protobuf journal needs the option proto_class=package.module.Class"
+                )
+            cls = self.proto_class
+            pb_class = load_proto_class(cls) if isinstance(cls, str) else cls
+            factory = proto_message_type(pb_class, self.uuid_field)
+        else:
+            raise ValueError(f"no message type for content type {content_type!r}")
+        self._types[content_type or ""] = factory
+        return factory
+
+    def new_message(self, spec: JournalSpec) -> Message:
+        """An empty message of the journal's framing (a ``NewMessageFunc``)."""
+        return self.message_type(spec.content_type)()
+
+    def values_of(self, content_type: str | None) -> Callable[[Any], list[Any]]:
+        """A function from a decoded message to its content values, in order."""
+        names = self.names
+        if content_type == CONTENT_TYPE_JSON_LINES:
+            return lambda doc: [doc.get(n) for n in names]
+        if content_type == CONTENT_TYPE_CSV:
+            width = len(names)
+
+            def csv_values(rec: Any) -> list[Any]:
+                vals: list[Any] = [v if v != "" else None for v in rec[1 : 1 + width]]
+                return vals + [None] * (width - len(vals))
+
+            return csv_values
+        return lambda msg: [getattr(msg.pb, n, None) for n in names]
+
+    def columns(self, rows: Sequence[Sequence[Any]]) -> list[pa.Array]:
+        """Content columns of ``rows`` (lists of values, as ``values_of`` makes)."""
+        return [to_arrow([r[i] for r in rows], typ) for i, (_, typ) in enumerate(self.fields)]
+
+
+def to_arrow(values: list[Any], typ: pa.DataType) -> pa.Array:
+    """``values`` as an Arrow array of ``typ``. Values that do not convert
+    (a string where a number is expected, say) become null, as Spark's JSON
+    reader does in its default PERMISSIVE mode."""
+    try:
+        return pa.array(values, type=typ)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        pass
+    if all(v is None or isinstance(v, str) for v in values):
+        try:  # CSV text: Arrow's own casts parse numbers, booleans and times.
+            return pa.array(values, type=pa.string()).cast(typ)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+    out = []
+    for v in values:
+        try:
+            out.append(pa.array([v], type=typ)[0].as_py())
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+            try:
+                out.append(pa.array([str(v)], type=pa.string()).cast(typ)[0].as_py())
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                out.append(None)
+    return pa.array(out, type=typ)
+
+
+_INFERRED: Final = (pa.int64(), pa.float64(), pa.bool_(), pa.string())
+
+
+def infer_json_fields(
+    client: JournalClient, journals: Sequence[JournalSpec], uuid_path: Sequence[str] = ("_meta",),
+) -> list[tuple[str, pa.DataType]]:
+    """Content columns inferred, as ``spark.read.json`` would, from the first
+    MiB of each NDJSON journal (16 at most): the top-level scalar fields.
+    Nested fields and the UUID's own field are left out; a timestamp stays
+    text; a field seen with two types is a string. Empty when nothing can be
+    inferred: name the columns with a schema to be sure."""
+    skip = uuid_path[0] if uuid_path else ""
+    columns: dict[str, pa.DataType] = {}
+    try:
+        for spec in list(journals)[:16]:
+            if spec.content_type != CONTENT_TYPE_JSON_LINES:
+                continue
+            with client.read(spec.name, 0, _head(client, spec.name, INFER_BYTES)) as r:
+                data = read_all(r)
+            data = data[: data.rfind(b"\n") + 1]
+            if not data:
+                continue
+            table = pa_json.read_json(io.BytesIO(data))
+            for f in table.schema:
+                typ = pa.string() if pa.types.is_timestamp(f.type) else f.type
+                if f.name == skip or typ not in _INFERRED:
+                    continue
+                columns[f.name] = typ if columns.get(f.name, typ) == typ else pa.string()
+    except (pa.ArrowInvalid, OSError, ValueError):
+        return []  # inference is a convenience: it never fails a read
+    return list(columns.items())
+
+
+def _proto_fields(proto_class: Any, uuid_field: str) -> list[tuple[str, pa.DataType]]:
+    """The scalar fields of a protobuf class, but its UUID field, as columns."""
+    cls = load_proto_class(proto_class) if isinstance(proto_class, str) else proto_class
+    out = []
+    for f in cls.DESCRIPTOR.fields:
+        repeated = getattr(f, "is_repeated", f.label == 3)
+        if f.name == uuid_field or repeated or f.type not in PROTO_TYPES:
+            continue
+        out.append((f.name, PROTO_TYPES[f.type]))
+    return out
+
+
+#: Protobuf scalar field types (``FieldDescriptor.TYPE_*``) as Arrow types.
+PROTO_TYPES: Final[dict[int, pa.DataType]] = {
+    1: pa.float64(), 2: pa.float32(), 3: pa.int64(), 4: pa.int64(), 5: pa.int32(),
+    6: pa.int64(), 7: pa.int32(), 8: pa.bool_(), 9: pa.string(), 12: pa.binary(),
+    13: pa.int64(), 14: pa.int32(), 15: pa.int32(), 16: pa.int64(), 17: pa.int32(),
+    18: pa.int64(),
+}
+
+def _head(client: JournalClient, journal: str, at_most: int | None = None) -> int:
+    """The journal's current end (``at_most`` bytes in, if smaller)."""
+    head = getattr(client, "head", None)
+    if head is not None:
+        end = int(head(journal))
+        return end if at_most is None else min(end, at_most)
+    with client.read(journal, 0) as r:  # any JournalClient: read to the end
+        while r.read(1 << 20):
+            if at_most is not None and r.offset >= at_most:
+                return at_most
+        return int(r.offset)

@@ -1,0 +1,77 @@
+"""NDJSON frames of Arrow rows, for writes: each row's fields as JSON text,
+with its UUID first, as the NDJSON framing writes it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ._windows import _fixed_width_strings
+
+if TYPE_CHECKING:
+    Array = np.ndarray[Any, Any]
+else:
+    Array = Any
+
+
+
+def ndjson_frames(
+    batch: pa.RecordBatch, uuids: bytes, uuid_path: Sequence[str] = ("_meta", "uuid")
+) -> bytes | None:
+    """The rows of ``batch`` framed as NDJSON documents, laid end to end:
+    each row a JSON object of its columns in order (null for a null), then
+    ``uuid_path`` holding the row's UUID from ``uuids`` (canonical strings,
+    36 bytes each, laid end to end; see ``message.columns.uuid_strings``).
+
+    The bytes are those of ``JsonDocument(row)`` stamped and framed one by
+    one (orjson's encoding of each value), built a column at a time:
+    integers, booleans and strings that need no escaping are written by
+    Arrow's compute kernels, every other value by ``orjson.dumps``. None
+    when a column has the name of ``uuid_path``'s first key (the document
+    would nest its UUID in that column's value: frame those rows one by
+    one).
+    """
+    n = batch.num_rows
+    if not uuid_path or uuid_path[0] in batch.schema.names:
+        return None
+    if n == 0:
+        return b""
+    if len(uuids) != 36 * n:
+        raise ValueError(f"{n} rows need {36 * n} bytes of UUIDs, not {len(uuids)}")
+    parts: list[Any] = []
+    for i, (name, column) in enumerate(zip(batch.schema.names, batch.columns, strict=True)):
+        parts.append(("{" if i == 0 else ",") + orjson.dumps(name).decode() + ":")
+        parts.append(_json_texts(column))
+    opening = "".join(f"{orjson.dumps(key).decode()}:{{" for key in uuid_path[:-1])
+    parts.append(("," if parts else "{") + opening + orjson.dumps(uuid_path[-1]).decode() + ':"')
+    parts.append(_fixed_width_strings(n, 36, uuids))
+    parts.append('"' + "}" * len(uuid_path) + "\n")
+    lines = pc.binary_join_element_wise(*parts, "")
+    _, offsets_buffer, data = lines.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int32, count=n + 1, offset=lines.offset * 4)
+    framed: bytes = data[int(offsets[0]):int(offsets[-1])].to_pybytes()
+    return framed
+
+
+def _json_texts(column: pa.Array) -> pa.Array:
+    """Each value of ``column`` as JSON text (as ``orjson.dumps`` writes it)."""
+    typ = column.type
+    if pa.types.is_integer(typ) or pa.types.is_boolean(typ):
+        texts = pc.cast(column, pa.string())
+    elif pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        column = column.cast(pa.string())
+        texts = pc.binary_join_element_wise('"', column, '"', "")
+        # Quotes, backslashes and control characters are escaped by orjson.
+        escape = pc.match_substring_regex(column, r'["\\\x00-\x1f]')
+        if pc.any(escape).as_py():
+            where = pc.fill_null(escape, False)
+            escaped = [orjson.dumps(v).decode() for v in column.filter(where).to_pylist()]
+            texts = pc.replace_with_mask(texts, where, pa.array(escaped, pa.string()))
+    else:
+        return pa.array([orjson.dumps(v).decode() for v in column.to_pylist()], pa.string())
+    return pc.fill_null(texts, "null") if texts.null_count else texts
