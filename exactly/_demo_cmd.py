@@ -2,7 +2,7 @@
 
 Starts a Gazette cluster (etcd and three brokers) and a Spark standalone
 cluster (a master and two workers) under the demo's directory, runs
-``pipeline.demo.run_demo`` on them, and stops every process it started,
+``exactly._demo.run_demo`` on them, and stops every process it started,
 whatever happens. Progress is shown while each starts.
 """
 
@@ -24,8 +24,8 @@ def run_cluster_demo(store: Path, out: TextIO = sys.stdout,
     status. With ``secure``, the Gazette brokers serve TLS, ask for client
     certificates and check authorizations, and every client of the demo
     (its producers, the Spark job's tasks) presents them."""
+    from exactly._demo import Progress, prepare, run_demo, say
     from pipeline import StoreOptions
-    from pipeline.demo import Progress, prepare, run_demo, say
 
     t0 = time.monotonic()
     root = store.resolve()
@@ -67,7 +67,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             raise UsageError("--quick runs without Spark or clusters: not with --cluster")
         return run_quick_demo(Path(store), sys.stdout)
     try:
-        from pipeline.demo import run_demo  # type: ignore[import-not-found, unused-ignore]
+        from exactly._demo import run_demo  # type: ignore[import-not-found, unused-ignore]
     except ImportError as exc:  # the spark extra is not installed
         if args.cluster:
             raise UsageError(f"the cluster demo needs the Spark pipeline ({exc}): install the"

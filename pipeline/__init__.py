@@ -30,7 +30,7 @@ from ._register import local_session as local_session
 from ._register import register as register
 from ._source import JournalDataSource as JournalDataSource
 from ._stores import StoreOptions as StoreOptions
-from ._stream import committed_position as committed_position
+from ._stream_offsets import committed_position as committed_position
 from ._write import recover as recover
 
 __all__ = [

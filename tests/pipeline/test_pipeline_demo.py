@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from pipeline.demo import run_demo
+from exactly._demo import run_demo
 
 
 @pytest.mark.spark
@@ -37,7 +37,7 @@ def test_progress_lines_say_what_is_going_on() -> None:
     """While a slow step runs, a line every few seconds says it is still going on."""
     import time
 
-    from pipeline.demo import Progress
+    from exactly._demo import Progress
 
     out = io.StringIO()
     with Progress(out, time.monotonic(), "starting Spark", every=0.05):

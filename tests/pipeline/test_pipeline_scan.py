@@ -36,7 +36,7 @@ from message import (
 )
 from message.arrow import ArrowContent
 from pipeline._scan import read_journal
-from pipeline._stream import encode_states, read_range, sequence_range, states_of
+from pipeline._stream_offsets import encode_states, read_range, sequence_range, states_of
 from pipeline._write import (
     INTENTS,
     JobEndedError,
@@ -545,7 +545,7 @@ def test_selector_writes_follow_the_modulo_mapping(tmp_path: Path) -> None:
 def test_frame_boundary_cuts_a_budget_at_whole_frames() -> None:
     """A micro-batch limited to a number of bytes ends at a frame boundary,
     takes at least one frame, and follows a retention jump."""
-    from pipeline._stream import frame_boundary
+    from pipeline._stream_offsets import frame_boundary
 
     lines = [orjson.dumps({"n": "x" * n}) + b"\n" for n in (5, 40, 3, 70, 1)]
     ends = [sum(map(len, lines[: i + 1])) for i in range(len(lines))]
@@ -566,7 +566,7 @@ def test_frame_boundary_cuts_a_budget_at_whole_frames() -> None:
 
 
 def test_frame_boundary_follows_a_retention_jump(tmp_path: Path, caplog: Any) -> None:
-    from pipeline._stream import frame_boundary
+    from pipeline._stream_offsets import frame_boundary
 
     line = orjson.dumps({"n": "x" * 20}) + b"\n"
     with LocalJournalStore(tmp_path, fragment_size=len(line) * 3) as store:

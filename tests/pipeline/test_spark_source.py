@@ -373,7 +373,7 @@ def test_available_now_stops_at_the_heads_when_the_query_began(tmp_path: Path) -
     from pyspark.sql.streaming.datasource import ReadMaxBytes
     from pyspark.sql.types import LongType, StructField, StructType
 
-    from pipeline._source import SparkStreamReader
+    from pipeline._streaming import SparkStreamReader
 
     root = tmp_path / "store"
     with LocalJournalStore(root) as store:
@@ -524,7 +524,7 @@ def test_bad_options_are_clear_errors(spark: Any, tmp_path: Path) -> None:
 def test_offsets_are_json(tmp_path: Path) -> None:
     """A streaming offset round-trips through JSON (Spark's offset log)."""
     from message import ProducerState
-    from pipeline._stream import encode_states, states_of
+    from pipeline._stream_offsets import encode_states, states_of
 
     states = [ProducerState("j", bytes(range(6)), 2**64 - 1, 42)]
     offset = {"offsets": {"j": 10}, "states": {"j": encode_states(states)}}

@@ -32,7 +32,7 @@ from typing import Any, Final, TextIO
 
 import orjson
 
-from ._stores import StoreOptions
+from pipeline import StoreOptions
 
 _MARKER = "@demo"  # marks a directory this demo created, so a re-run may replace it
 _PARTS = 4
@@ -121,7 +121,7 @@ def _producer(where: StoreOptions, role: str, seed: int) -> subprocess.Popen[str
     # A secured cluster's settings reach the producer as gazctl's do.
     env = {**os.environ, **{f"BROKER_{k.upper()}": v for k, v in where.security}}
     return subprocess.Popen(
-        [sys.executable, "-m", "pipeline._demo_producer", target, role, str(seed)],
+        [sys.executable, "-m", "exactly._demo_producer", target, role, str(seed)],
         stdout=subprocess.PIPE, text=True, env=env,
     )
 

@@ -1,4 +1,4 @@
-"""A producer process of the demo: ``python -m pipeline._demo_producer STORE ROLE SEED``,
+"""A producer process of the demo: ``python -m exactly._demo_producer STORE ROLE SEED``,
 STORE being a store directory or a Gazette broker URL.
 
 Publishes a synthetic clickstream to the ``clicks/part-*`` journals in one of
@@ -25,8 +25,7 @@ import orjson
 
 from journal import JournalStore
 from message import JsonDocument, Publisher, Transaction, modulo_mapping
-
-from ._stores import StoreOptions
+from pipeline import StoreOptions
 
 PAGES = ["/", "/search", "/product/1", "/product/2", "/product/3", "/cart", "/checkout"]
 
