@@ -360,7 +360,7 @@ def test_ctrl_c_during_append(tmp_path: Path, transaction: bool) -> None:
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130
+    assert proc.returncode == 130, err
     assert err.startswith("exactly: interrupted:") and "Traceback" not in err
     frames = [json.loads(x) for x in ok(root, "read", "i/j", "--uncommitted").splitlines()]
     committed = ok(root, "read", "i/j").splitlines()
