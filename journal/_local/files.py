@@ -587,10 +587,11 @@ def seal(
     rec: CommitRecord,
     *,
     next_begin: int | None = None,
-) -> CommitRecord:
+) -> tuple[CommitRecord, OpenLog]:
     """Seal the open fragment ``[rec.begin, rec.end)``: rename it to its content
     name, then record that the next open fragment begins at ``rec.end`` (or
-    at ``next_begin``, past offsets that are in quarantine).
+    at ``next_begin``, past offsets that are in quarantine). Returns the new
+    record and the (empty) checksum log of the new open fragment.
 
     A crash between the two leaves a consistent journal (``recover`` finishes)."""
     truncate_garbage(open_fd, rec)  # The sealed file must hold exactly its content.
@@ -602,8 +603,8 @@ def seal(
     begin = rec.end if next_begin is None else next_begin
     new = CommitRecord(rec.seq + 1, begin, begin)
     write_record(commit_fd, new)
-    settle_batches(commit_fd, new)  # The sealed fragment's entries, now in their file.
-    return new
+    # The sealed fragment's entries are in their own file now.
+    return new, settle_batches(commit_fd, new)
 
 
 def open_fragment_path(jd: JournalDir, rec: CommitRecord) -> str:

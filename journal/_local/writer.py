@@ -198,8 +198,7 @@ class JournalWriter(AppendQueue):
         assert self._rec is not None and self._commit_fd is not None
         if self._open_fd is None:
             return
-        self._rec = seal(self.jd, self._commit_fd, self._open_fd, self._rec)
-        self._settle_log()
+        self._rec, self._log = seal(self.jd, self._commit_fd, self._open_fd, self._rec)
         os.close(self._open_fd)
         self._open_fd = None
 
