@@ -131,6 +131,7 @@ from ._transaction import IntentLog as IntentLog
 from ._transaction import JournalIntentLog as JournalIntentLog
 from ._transaction import Transaction as Transaction
 from ._transaction import write_intents as write_intents
+from ._types import DEFAULT_UUID_PATH as DEFAULT_UUID_PATH
 from ._types import NIL_UUID as NIL_UUID
 from ._types import CSVRecord as CSVRecord
 from ._types import DataclassMessage as DataclassMessage
@@ -139,6 +140,7 @@ from ._types import ProtoMessage as ProtoMessage
 from ._types import document_type as document_type
 from ._types import proto_message_type as proto_message_type
 from ._types import sortable_uuid as sortable_uuid
+from ._types import uuid_path_of as uuid_path_of
 from ._uuid import Clock as Clock
 from ._uuid import Flags as Flags
 from ._uuid import build_uuid as build_uuid
@@ -164,7 +166,7 @@ __all__ = [
     # messages and envelopes
     "Message", "Envelope", "TRANSIENT_OFFSET", "JournalProducer", "ProducerState", "NewMessageFunc",
     "NIL_UUID", "JsonDocument", "document_type", "DataclassMessage", "CSVRecord",
-    "ProtoMessage", "proto_message_type", "sortable_uuid",
+    "ProtoMessage", "proto_message_type", "sortable_uuid", "DEFAULT_UUID_PATH", "uuid_path_of",
     # publishing
     "Publisher", "AckIntent", "Transaction", "IntentLog", "JournalIntentLog", "write_intents",
     # reading, sequencing and checkpoints

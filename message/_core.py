@@ -33,7 +33,7 @@ from ._publisher import AckIntent
 from ._publisher import Publisher as PyPublisher
 from ._sequencer import Sequencer as PySequencer
 from ._sequencer import horizon_units, warn_old_ack, warn_unknown_flags
-from ._types import JsonDocument
+from ._types import DEFAULT_UUID_PATH, JsonDocument
 from ._uuid import UUID_INT_OF, Clock, new_producer_id
 
 #: The text every "not built" warning starts with (pyproject.toml's pytest
@@ -63,7 +63,8 @@ def _load() -> ModuleType | None:
     native: ModuleType = _native
     native.configure(
         Envelope, ProducerState, MustStartReplay, ReplayError, UUID_INT_OF,
-        JsonDocument._uuid_int, horizon_units, warn_unknown_flags, warn_old_ack,
+        JsonDocument._uuid_int, DEFAULT_UUID_PATH, horizon_units, warn_unknown_flags,
+        warn_old_ack,
     )
     native.configure_publisher(
         uuid.UUID, uuid.SafeUUID.unknown, Clock, new_producer_id, framing_by_content_type,

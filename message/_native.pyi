@@ -16,6 +16,7 @@ def configure(
     envelope: type[Envelope], producer_state: type[ProducerState],
     must_start_replay: type[Exception], replay_error: type[Exception],
     uuid_int_of: dict[type, Callable[[Any], int]], json_uuid_int: Callable[[Any], int],
+    json_uuid_path: tuple[str, str],
     horizon_units: Callable[[Any], int | None],
     warn_unknown_flags: Callable[[int, str, int], None],
     warn_old_ack: Callable[[int, str, int], None],

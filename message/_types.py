@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from typing import Any, ClassVar, Self, cast
+from typing import Any, ClassVar, Final, Self, cast
 from uuid import UUID
 
 import uuid6
@@ -68,6 +68,23 @@ def _as_uuid(value: object) -> uuid.UUID:
     return NIL_UUID
 
 
+#: Where a :class:`JsonDocument` keeps its UUID unless told otherwise
+#: (``_meta/uuid``). The one definition: the document types, the Arrow
+#: readers and writers, the Spark source's options and the native core
+#: (``message/_core.py`` passes it) all take it from here.
+DEFAULT_UUID_PATH: Final = ("_meta", "uuid")
+_META, _UUID_KEY = DEFAULT_UUID_PATH
+
+
+def uuid_path_of(text: str) -> tuple[str, ...]:
+    """The keys of a ``/``-separated UUID path: ``"_meta/uuid"`` is
+    ``("_meta", "uuid")``. Raises ``ValueError`` if it names no key."""
+    parts = tuple(p for p in text.split("/") if p)
+    if not parts:
+        raise ValueError(f"a UUID path names at least one key, not {text!r}")
+    return parts
+
+
 class JsonDocument(dict[str, Any]):
     """A JSON document (a dict) carrying its UUID at ``uuid_path``.
 
@@ -83,15 +100,15 @@ class JsonDocument(dict[str, Any]):
     object (``{"_meta": "v1"}``): publishing such a document appends nothing.
     """
 
-    uuid_path: ClassVar[tuple[str, ...]] = ("_meta", "uuid")
+    uuid_path: ClassVar[tuple[str, ...]] = DEFAULT_UUID_PATH
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.uuid_path != ("_meta", "uuid") and "set_uuid" not in vars(cls):
+        if cls.uuid_path != DEFAULT_UUID_PATH and "set_uuid" not in vars(cls):
             cls.set_uuid = JsonDocument._set_uuid_at_path  # type: ignore[method-assign]
         if "get_uuid" in vars(cls):
             return  # its own get_uuid decides: no shortcut for the Sequencer
-        if cls.uuid_path != ("_meta", "uuid"):
+        if cls.uuid_path != DEFAULT_UUID_PATH:
             cls.get_uuid = JsonDocument._get_uuid_at_path  # type: ignore[method-assign]
         else:
             UUID_INT_OF[cls] = JsonDocument._uuid_int
@@ -99,7 +116,7 @@ class JsonDocument(dict[str, Any]):
     def _uuid_int(self) -> int:
         """get_uuid().int without building the UUID (see UUID_INT_OF)."""
         try:
-            value = self["_meta"]["uuid"]
+            value = self[_META][_UUID_KEY]
         except (KeyError, TypeError, IndexError):
             return 0
         return _int_of(value)
@@ -107,7 +124,7 @@ class JsonDocument(dict[str, Any]):
     def get_uuid(self) -> uuid.UUID:
         # The default path, spelled out: a reader calls this once per message.
         try:
-            value = self["_meta"]["uuid"]
+            value = self[_META][_UUID_KEY]
         except (KeyError, TypeError, IndexError):
             return NIL_UUID
         if type(value) is str and len(value) == 36:
@@ -132,12 +149,12 @@ class JsonDocument(dict[str, Any]):
         # The UUID object itself is stored: orjson writes it as its canonical
         # string in C, cheaper than str(u) here. A decoded document holds the
         # string; get_uuid takes either.
-        meta = self.get("_meta")
+        meta = self.get(_META)
         if not isinstance(meta, dict):
             if meta is not None:
-                raise _not_an_object(self, "_meta", meta)
-            meta = self["_meta"] = {}
-        meta["uuid"] = u
+                raise _not_an_object(self, _META, meta)
+            meta = self[_META] = {}
+        meta[_UUID_KEY] = u
 
     def _set_uuid_at_path(self, u: uuid.UUID) -> None:
         node: dict[str, Any] = self
@@ -164,11 +181,10 @@ def _not_an_object(doc: JsonDocument, path: str, value: object) -> TypeError:
     )
 
 
-def document_type(uuid_path: str = "_meta/uuid", name: str | None = None) -> type[JsonDocument]:
+def document_type(uuid_path: str = "/".join(DEFAULT_UUID_PATH), name: str | None = None
+                  ) -> type[JsonDocument]:
     """A :class:`JsonDocument` subclass keeping the UUID at ``uuid_path``."""
-    parts = tuple(p for p in uuid_path.split("/") if p)
-    if not parts:
-        raise ValueError("uuid_path must name at least one key")
+    parts = uuid_path_of(uuid_path)
     cls_name = name or "JsonDocument_" + "_".join(parts)
     return type(cls_name, (JsonDocument,), {"uuid_path": parts})
 

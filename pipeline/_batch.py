@@ -36,6 +36,7 @@ from ._options import (
     _include_acks,
     _positive_option,
     content_spec,
+    uuid_path_option,
 )
 from ._scan import READ_COMMITTED, READ_UNCOMMITTED, read_journal
 from ._stores import StoreOptions, select_journals
@@ -153,7 +154,7 @@ def _target(options: Mapping[str, str], schema: StructType) -> Target:
     arrow = to_arrow_schema(StructType(fields), timezone="UTC") if fields else pa.schema([])
     content = ArrowContent(
         tuple((f.name, f.type) for f in arrow),
-        uuid_path=tuple(p for p in options.get("uuid_path", "_meta/uuid").split("/") if p),
+        uuid_path=uuid_path_option(options),
         proto_class=options.get("proto_class") or None,
         uuid_field=options.get("uuid_field", "uuid"),
     )

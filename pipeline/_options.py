@@ -13,6 +13,7 @@ import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
+from message import DEFAULT_UUID_PATH, uuid_path_of
 from message.arrow import ENVELOPE_FIELDS, ENVELOPE_NAMES, ArrowContent, infer_json_fields
 
 from ._content import proto_content_ddl
@@ -51,8 +52,8 @@ def _inferred_ddl(options: Mapping[str, str]) -> str:
         return ""  # the reader reports it
     if where.root is not None and not os.path.isdir(where.root):
         return ""
-    path = tuple(p for p in options.get("uuid_path", "_meta/uuid").split("/") if p)
     try:
+        path = uuid_path_option(options)
         with where.open() as store:
             fields = infer_json_fields(store, select_journals(store, options), path)
     except (OSError, ValueError):
@@ -140,9 +141,7 @@ def content_spec(options: Mapping[str, str], schema: StructType) -> ArrowContent
     its comment names (see ``content_columns``)."""
     fields = schema.fields[len(ENVELOPE_FIELDS) :]
     arrow = to_arrow_schema(StructType(fields), timezone="UTC") if fields else pa.schema([])
-    path = tuple(p for p in options.get("uuid_path", "_meta/uuid").split("/") if p)
-    if not path:
-        raise ValueError("uuid_path must name at least one key")
+    path = uuid_path_option(options)
     return ArrowContent(
         tuple((_field_of(f), a.type) for f, a in zip(fields, arrow, strict=True)),
         uuid_path=path,
@@ -156,6 +155,11 @@ def _field_of(column: Any) -> str:
     if comment.startswith(RENAMED_COMMENT) and comment[len(RENAMED_COMMENT) :] in ENVELOPE_NAMES:
         return str(comment[len(RENAMED_COMMENT) :])
     return str(column.name)
+
+
+def uuid_path_option(options: Mapping[str, str]) -> tuple[str, ...]:
+    """The option ``uuid_path`` as keys (``message.DEFAULT_UUID_PATH`` if not given)."""
+    return uuid_path_of(options.get("uuid_path", "/".join(DEFAULT_UUID_PATH)))
 
 
 def _positive_option(options: Mapping[str, str], name: str, what: str) -> int | None:

@@ -56,7 +56,7 @@ typedef struct {
     PyObject *producer_state;                          /* ProducerState */
     PyObject *must_start_replay, *replay_error;        /* the error classes */
     PyObject *uuid_int_of;   /* dict: message type -> function giving the UUID as an int */
-    PyObject *json_uuid_int; /* that function of documents with their UUID at _meta/uuid */
+    PyObject *json_uuid_int; /* that function of documents with their UUID at json_uuid_path */
     PyObject *horizon_units; /* horizon_units(h) -> int | None */
     PyObject *warn_unknown_flags, *warn_old_ack;
     PyObject *str_meta, *str_uuid, *str_get_uuid, *str_int, *str_name, *str_getitem;
@@ -83,12 +83,20 @@ configure(PyObject *module, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"envelope", "producer_state", "must_start_replay",
                              "replay_error", "uuid_int_of", "json_uuid_int",
-                             "horizon_units", "warn_unknown_flags", "warn_old_ack", NULL};
+                             "json_uuid_path", "horizon_units", "warn_unknown_flags",
+                             "warn_old_ack", NULL};
     PyTypeObject *env;
-    PyObject *ps, *msr, *rerr, *uio, *jui, *hu, *wuf, *woa;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOOO!OOOO:configure", kwlist, &PyType_Type,
-                                     &env, &ps, &msr, &rerr, &PyDict_Type, &uio, &jui, &hu,
-                                     &wuf, &woa)) {
+    PyObject *ps, *msr, *rerr, *uio, *jui, *jup, *hu, *wuf, *woa;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOOO!OO!OOO:configure", kwlist, &PyType_Type,
+                                     &env, &ps, &msr, &rerr, &PyDict_Type, &uio, &jui,
+                                     &PyTuple_Type, &jup, &hu, &wuf, &woa)) {
+        return NULL;
+    }
+    /* message._types.DEFAULT_UUID_PATH: the two keys of the default path,
+     * which the fast paths of reading and publishing look up. */
+    if (PyTuple_GET_SIZE(jup) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(jup, 0))
+        || !PyUnicode_Check(PyTuple_GET_ITEM(jup, 1))) {
+        PyErr_SetString(PyExc_TypeError, "json_uuid_path must be two keys");
         return NULL;
     }
     if (C.ready) {
@@ -105,8 +113,10 @@ configure(PyObject *module, PyObject *args, PyObject *kwds)
     }
 #define INTERN(field, text) \
     if ((c.field = PyUnicode_InternFromString(text)) == NULL) return NULL;
-    INTERN(str_meta, "_meta");
-    INTERN(str_uuid, "uuid");
+    c.str_meta = Py_NewRef(PyTuple_GET_ITEM(jup, 0));
+    PyUnicode_InternInPlace(&c.str_meta);
+    c.str_uuid = Py_NewRef(PyTuple_GET_ITEM(jup, 1));
+    PyUnicode_InternInPlace(&c.str_uuid);
     INTERN(str_get_uuid, "get_uuid");
     INTERN(str_int, "int");
     INTERN(str_name, "name");

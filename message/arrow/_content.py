@@ -22,7 +22,7 @@ from framing import (
 from journal import JournalClient, JournalSpec, read_all
 
 from .._interfaces import Message
-from .._types import CSVRecord, document_type, proto_message_type
+from .._types import DEFAULT_UUID_PATH, CSVRecord, document_type, proto_message_type
 
 if TYPE_CHECKING:
     Array = np.ndarray[Any, Any]
@@ -87,7 +87,7 @@ class ArrowContent:
     """
 
     fields: tuple[tuple[str, pa.DataType], ...] = ()
-    uuid_path: tuple[str, ...] = ("_meta", "uuid")
+    uuid_path: tuple[str, ...] = DEFAULT_UUID_PATH
     proto_class: Any = None
     uuid_field: str = "uuid"
     _types: dict[str, Callable[[], Message]] = field(
@@ -179,7 +179,8 @@ _INFERRED: Final = (pa.int64(), pa.float64(), pa.bool_(), pa.string())
 
 
 def infer_json_fields(
-    client: JournalClient, journals: Sequence[JournalSpec], uuid_path: Sequence[str] = ("_meta",),
+    client: JournalClient, journals: Sequence[JournalSpec],
+    uuid_path: Sequence[str] = DEFAULT_UUID_PATH,
 ) -> list[tuple[str, pa.DataType]]:
     """Content columns inferred, as ``spark.read.json`` would, from the first
     MiB of each NDJSON journal (16 at most): the top-level scalar fields.

@@ -11,6 +11,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .._types import DEFAULT_UUID_PATH
 from ._windows import _fixed_width_strings
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ else:
 
 
 def ndjson_frames(
-    batch: pa.RecordBatch, uuids: bytes, uuid_path: Sequence[str] = ("_meta", "uuid")
+    batch: pa.RecordBatch, uuids: bytes, uuid_path: Sequence[str] = DEFAULT_UUID_PATH
 ) -> bytes | None:
     """The rows of ``batch`` framed as NDJSON documents, laid end to end:
     each row a JSON object of its columns in order (null for a null), then

@@ -16,6 +16,7 @@ from .._checkpoint import Checkpoint
 from .._columns_sequencer import ProducerColumns, sequence_columns
 from .._envelope import ProducerState
 from .._sequencer import horizon_units
+from .._types import DEFAULT_UUID_PATH, uuid_path_of
 from ..layout import (
     ACK_TXN,
     clocks_of,
@@ -51,7 +52,7 @@ class _ArrowReader(Closing):
         selector: str | None = None,
         schema: pa.Schema | Sequence[tuple[str, pa.DataType]] | None = None,
         content: ArrowContent | None = None,
-        uuid_path: str = "_meta/uuid",
+        uuid_path: str = "/".join(DEFAULT_UUID_PATH),
         proto_class: Any = None,
         uuid_field: str = "uuid",
         offset: int = 0,
@@ -75,9 +76,7 @@ class _ArrowReader(Closing):
             names = [journal] if isinstance(journal, str) else list(journal or ())
             self.specs = [client.get(n) for n in names]
         if content is None:
-            path = tuple(p for p in uuid_path.split("/") if p)
-            if not path:
-                raise ValueError("uuid_path must name at least one key")
+            path = uuid_path_of(uuid_path)
             if schema is None:
                 if proto_class is not None:
                     fields = _proto_fields(proto_class, uuid_field)
