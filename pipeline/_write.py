@@ -413,16 +413,20 @@ class _Attempt:
                       for journal, code in codes.items()]
         for journal, rows in groups:
             m = rows.num_rows
+            # The clocks the Publisher takes next: only this attempt's
+            # Publisher moves its clock, one tick a message.
+            first = self.clock.value + 1
+            data = ndjson_frames(rows, uuid_strings(producer, first, m, Flags.CONTINUE_TXN),
+                                 uuid_path)
+            assert data is not None  # bulk_ok: no column is named like the UUID's path
+            # Recorded before the frames are appended: an attempt killed in
+            # between leaves a roll-back of messages never written (an ACK
+            # readers see first).
+            self.first_to(journal, template, first - 1)
 
-            def frame(first: int, journal: str = journal, rows: pa.RecordBatch = rows,
-                      m: int = m) -> bytes:
-                data = ndjson_frames(rows, uuid_strings(producer, first, m, Flags.CONTINUE_TXN),
-                                     uuid_path)
-                assert data is not None  # bulk_ok: no column is named like the UUID's path
-                # Recorded once the frames are ready, right before they are
-                # appended: an attempt killed in between leaves a roll-back
-                # of messages never written (an ACK readers see first).
-                self.first_to(journal, template, first - 1)
+            def frame(taken: int, first: int = first, data: bytes = data) -> bytes:
+                if taken != first:  # the clock moved under the attempt
+                    raise RuntimeError(f"framed for clock {first}, but the Publisher took {taken}")
                 return data
 
             self.publisher.publish_uncommitted_frames(journal, m, frame, template)
