@@ -33,8 +33,8 @@ from ._publisher import AckIntent
 from ._publisher import Publisher as PyPublisher
 from ._sequencer import Sequencer as PySequencer
 from ._sequencer import horizon_units, warn_old_ack, warn_unknown_flags
-from ._types import DEFAULT_UUID_PATH, JsonDocument
-from ._uuid import UUID_INT_OF, Clock, new_producer_id
+from ._types import DEFAULT_UUID_PATH, JsonDocument, json_uuid_int
+from ._uuid import SLOTS_KNOWN, UUID_INT_OF, Clock, new_producer_id
 
 #: The text every "not built" warning starts with (pyproject.toml's pytest
 #: filters name it).
@@ -60,15 +60,25 @@ def _load() -> ModuleType | None:
             stacklevel=2,
         )
         return None
+    if not SLOTS_KNOWN:
+        # The native Publisher makes UUIDs by their slots, as uuid_from_int
+        # does where it can: not on a uuid.UUID laid out otherwise.
+        warnings.warn(
+            f"{NOT_BUILT} for this Python (uuid.UUID is not laid out as it expects): the"
+            " Python implementation runs, several times slower.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return None
     native: ModuleType = _native
     native.configure(
-        Envelope, ProducerState, MustStartReplay, ReplayError, UUID_INT_OF,
-        JsonDocument._uuid_int, DEFAULT_UUID_PATH, horizon_units, warn_unknown_flags,
-        warn_old_ack,
-    )
-    native.configure_publisher(
-        uuid.UUID, uuid.SafeUUID.unknown, Clock, new_producer_id, framing_by_content_type,
-        AckIntent, JsonDocument,
+        envelope=Envelope, producer_state=ProducerState, must_start_replay=MustStartReplay,
+        replay_error=ReplayError, uuid_int_of=UUID_INT_OF, json_uuid_int=json_uuid_int,
+        json_uuid_path=DEFAULT_UUID_PATH, horizon_units=horizon_units,
+        warn_unknown_flags=warn_unknown_flags, warn_old_ack=warn_old_ack,
+        uuid_type=uuid.UUID, safe_unknown=uuid.SafeUUID.unknown, clock_type=Clock,
+        new_producer_id=new_producer_id, framing_by_content_type=framing_by_content_type,
+        ack_intent=AckIntent, json_document=JsonDocument,
     )
     return native
 

@@ -83,18 +83,39 @@ counts(PyObject *module, PyObject *Py_UNUSED(ignored))
                          COUNTS.rolled_back, COUNTS.duplicates, COUNTS.rollbacks);
 }
 
+/* configure(**hooks): what the core takes from Python, once, by name (see
+ * message/_core.py): the types and functions of the Sequencer and the
+ * readers (core_setup), then of the Publisher (publisher_setup). */
+static PyObject *
+configure(PyObject *module, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"envelope", "producer_state", "must_start_replay", "replay_error",
+                             "uuid_int_of", "json_uuid_int", "json_uuid_path", "horizon_units",
+                             "warn_unknown_flags", "warn_old_ack", "uuid_type", "safe_unknown",
+                             "clock_type", "new_producer_id", "framing_by_content_type",
+                             "ack_intent", "json_document", NULL};
+    PyTypeObject *env, *uuid_type;
+    PyObject *ps, *msr, *rerr, *uio, *jui, *jup, *hu, *wuf, *woa;
+    PyObject *safe, *clock, *npi, *fbct, *ack, *jd;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOOO!OO!OOOO!OOOOOO:configure", kwlist,
+                                     &PyType_Type, &env, &ps, &msr, &rerr, &PyDict_Type, &uio,
+                                     &jui, &PyTuple_Type, &jup, &hu, &wuf, &woa, &PyType_Type,
+                                     &uuid_type, &safe, &clock, &npi, &fbct, &ack, &jd)) {
+        return NULL;
+    }
+    if (core_setup(env, ps, msr, rerr, uio, jui, jup, hu, wuf, woa) < 0
+        || publisher_setup(uuid_type, safe, clock, npi, fbct, ack, jd) < 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"counts", counts, METH_NOARGS,
      "counts() -> (published, begun, committed, rolled_back, duplicates, rollbacks): what "
      "the native Publishers and Sequencers counted so far (message/_counts.py)."},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
-     "configure(envelope, producer_state, must_start_replay, replay_error, uuid_int_of, "
-     "json_uuid_int, horizon_units, warn_unknown_flags, warn_old_ack): what the core takes "
-     "from Python, once."},
-    {"configure_publisher", configure_publisher, METH_VARARGS,
-     "configure_publisher(UUID, SafeUUID.unknown, Clock, new_producer_id, "
-     "framing_by_content_type, AckIntent, JsonDocument): what the Publisher takes from "
-     "Python, once."},
+     "configure(**hooks): what the core takes from Python, once, by name (message/_core.py)."},
     {"layout", layout, METH_NOARGS, "The UUID layout constants this module was built with."},
     {"split_uuid", split_uuid, METH_O,
      "split_uuid(i) -> (clock, flags, producer) of a UUID given as its int."},

@@ -13,15 +13,12 @@ from ._uuid import Clock
 # -- what the core takes from Python, once (message/_core.py) --------------------
 
 def configure(
-    envelope: type[Envelope], producer_state: type[ProducerState],
+    *, envelope: type[Envelope], producer_state: type[ProducerState],
     must_start_replay: type[Exception], replay_error: type[Exception],
     uuid_int_of: dict[type, Callable[[Any], int]], json_uuid_int: Callable[[Any], int],
-    json_uuid_path: tuple[str, str],
-    horizon_units: Callable[[Any], int | None],
+    json_uuid_path: tuple[str, str], horizon_units: Callable[[Any], int | None],
     warn_unknown_flags: Callable[[int, str, int], None],
     warn_old_ack: Callable[[int, str, int], None],
-) -> None: ...
-def configure_publisher(
     uuid_type: type, safe_unknown: Any, clock_type: type[Clock],
     new_producer_id: Callable[[], bytes], framing_by_content_type: Callable[[str], Any],
     ack_intent: type[AckIntent], json_document: type,

@@ -85,6 +85,18 @@ def uuid_path_of(text: str) -> tuple[str, ...]:
     return parts
 
 
+def json_uuid_int(doc: dict[str, Any]) -> int:
+    """The UUID of a document keeping it at :data:`DEFAULT_UUID_PATH`, as an
+    int (``get_uuid().int`` without building the UUID; 0 for none): the
+    Sequencer's shortcut for such documents (``UUID_INT_OF``), which the
+    native core also recognises."""
+    try:
+        value = doc[_META][_UUID_KEY]
+    except (KeyError, TypeError, IndexError):
+        return 0
+    return _int_of(value)
+
+
 class JsonDocument(dict[str, Any]):
     """A JSON document (a dict) carrying its UUID at ``uuid_path``.
 
@@ -111,15 +123,7 @@ class JsonDocument(dict[str, Any]):
         if cls.uuid_path != DEFAULT_UUID_PATH:
             cls.get_uuid = JsonDocument._get_uuid_at_path  # type: ignore[method-assign]
         else:
-            UUID_INT_OF[cls] = JsonDocument._uuid_int
-
-    def _uuid_int(self) -> int:
-        """get_uuid().int without building the UUID (see UUID_INT_OF)."""
-        try:
-            value = self[_META][_UUID_KEY]
-        except (KeyError, TypeError, IndexError):
-            return 0
-        return _int_of(value)
+            UUID_INT_OF[cls] = json_uuid_int
 
     def get_uuid(self) -> uuid.UUID:
         # The default path, spelled out: a reader calls this once per message.
@@ -336,5 +340,5 @@ def proto_message_type(pb_class: Any, uuid_field: str = "uuid") -> type[ProtoMes
     return cls
 
 
-UUID_INT_OF[JsonDocument] = JsonDocument._uuid_int
+UUID_INT_OF[JsonDocument] = json_uuid_int
 UUID_INT_OF[CSVRecord] = CSVRecord._uuid_int

@@ -78,30 +78,22 @@ member_descriptor(PyTypeObject *type, const char *name)
     return Py_NewRef(d);
 }
 
-static PyObject *
-configure(PyObject *module, PyObject *args, PyObject *kwds)
+/* The hooks the Sequencer and the readers take from Python (see configure()
+ * in message/_native.c, the one entry point): 0, or -1 with an exception. */
+static int
+core_setup(PyTypeObject *env, PyObject *ps, PyObject *msr, PyObject *rerr, PyObject *uio,
+           PyObject *jui, PyObject *jup, PyObject *hu, PyObject *wuf, PyObject *woa)
 {
-    static char *kwlist[] = {"envelope", "producer_state", "must_start_replay",
-                             "replay_error", "uuid_int_of", "json_uuid_int",
-                             "json_uuid_path", "horizon_units", "warn_unknown_flags",
-                             "warn_old_ack", NULL};
-    PyTypeObject *env;
-    PyObject *ps, *msr, *rerr, *uio, *jui, *jup, *hu, *wuf, *woa;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!OOOO!OO!OOO:configure", kwlist, &PyType_Type,
-                                     &env, &ps, &msr, &rerr, &PyDict_Type, &uio, &jui,
-                                     &PyTuple_Type, &jup, &hu, &wuf, &woa)) {
-        return NULL;
-    }
     /* message._types.DEFAULT_UUID_PATH: the two keys of the default path,
      * which the fast paths of reading and publishing look up. */
     if (PyTuple_GET_SIZE(jup) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(jup, 0))
         || !PyUnicode_Check(PyTuple_GET_ITEM(jup, 1))) {
         PyErr_SetString(PyExc_TypeError, "json_uuid_path must be two keys");
-        return NULL;
+        return -1;
     }
     if (C.ready) {
         PyErr_SetString(PyExc_RuntimeError, "message._native is configured already");
-        return NULL;
+        return -1;
     }
     Config c = {0};
     c.d_journal = member_descriptor(env, "journal");
@@ -109,10 +101,10 @@ configure(PyObject *module, PyObject *args, PyObject *kwds)
     c.d_end = c.d_begin ? member_descriptor(env, "end") : NULL;
     c.d_message = c.d_end ? member_descriptor(env, "message") : NULL;
     if (c.d_message == NULL) {
-        return NULL;
+        return -1;
     }
 #define INTERN(field, text) \
-    if ((c.field = PyUnicode_InternFromString(text)) == NULL) return NULL;
+    if ((c.field = PyUnicode_InternFromString(text)) == NULL) return -1;
     c.str_meta = Py_NewRef(PyTuple_GET_ITEM(jup, 0));
     PyUnicode_InternInPlace(&c.str_meta);
     c.str_uuid = Py_NewRef(PyTuple_GET_ITEM(jup, 1));
@@ -132,7 +124,7 @@ configure(PyObject *module, PyObject *args, PyObject *kwds)
     c.int_zero = PyLong_FromLong(0);
     c.dict_getitem = PyObject_GetAttr((PyObject *)&PyDict_Type, c.str_getitem);
     if (c.int_zero == NULL || c.dict_getitem == NULL) {
-        return NULL;
+        return -1;
     }
     c.envelope_type = (PyTypeObject *)Py_NewRef(env);
     c.producer_state = Py_NewRef(ps);
@@ -145,7 +137,7 @@ configure(PyObject *module, PyObject *args, PyObject *kwds)
     c.warn_old_ack = Py_NewRef(woa);
     c.ready = 1;
     C = c; /* once per process: nothing to release */
-    Py_RETURN_NONE;
+    return 0;
 }
 
 static int
@@ -478,7 +470,7 @@ message_uuid(UuidOf *u, PyObject *msg, uint64_t *hi, uint64_t *lo)
         u->kind = kind;
     }
     if (u->kind == KIND_JSON) {
-        /* JsonDocument._uuid_int: self["_meta"]["uuid"], canonical string. */
+        /* message._types.json_uuid_int: doc[path[0]][path[1]], canonical string. */
         PyObject *meta = value_of(msg, C.str_meta, &u->meta_key);
         if (meta != NULL && PyDict_CheckExact(meta)) {
             PyObject *s = value_of(meta, C.str_uuid, &u->uuid_key);

@@ -41,27 +41,24 @@ typedef struct {
 
 static PubConfig P;
 
-static PyObject *
-configure_publisher(PyObject *module, PyObject *args)
+/* The hooks the Publisher takes from Python (see configure() in
+ * message/_native.c, the one entry point): 0, or -1 with an exception. */
+static int
+publisher_setup(PyTypeObject *uuid_type, PyObject *safe, PyObject *clock, PyObject *npi,
+                PyObject *fbct, PyObject *ack, PyObject *jd)
 {
-    PyTypeObject *uuid_type;
-    PyObject *safe, *clock, *npi, *fbct, *ack, *jd;
-    if (!PyArg_ParseTuple(args, "O!OOOOOO:configure_publisher", &PyType_Type, &uuid_type, &safe,
-                          &clock, &npi, &fbct, &ack, &jd)) {
-        return NULL;
-    }
     if (P.ready) {
         PyErr_SetString(PyExc_RuntimeError, "the publisher is configured already");
-        return NULL;
+        return -1;
     }
     PubConfig p = {0};
     p.d_int = member_descriptor(uuid_type, "int");
     p.d_is_safe = p.d_int ? member_descriptor(uuid_type, "is_safe") : NULL;
     if (p.d_is_safe == NULL) {
-        return NULL;
+        return -1;
     }
 #define INTERN(field, text) \
-    if ((p.field = PyUnicode_InternFromString(text)) == NULL) return NULL;
+    if ((p.field = PyUnicode_InternFromString(text)) == NULL) return -1;
     INTERN(str_validate, "validate");
     INTERN(str_set_uuid, "set_uuid");
     INTERN(str_marshal, "marshal");
@@ -79,7 +76,7 @@ configure_publisher(PyObject *module, PyObject *args)
     p.dict_get = PyObject_GetAttr((PyObject *)&PyDict_Type, p.str_get_);
     p.dict_setitem = PyObject_GetAttr((PyObject *)&PyDict_Type, p.str_setitem);
     if (p.json_set_uuid == NULL || p.dict_get == NULL || p.dict_setitem == NULL) {
-        return NULL;
+        return -1;
     }
     p.uuid_type = (PyTypeObject *)Py_NewRef(uuid_type);
     p.safe_unknown = Py_NewRef(safe);
@@ -90,7 +87,7 @@ configure_publisher(PyObject *module, PyObject *args)
     p.json_document = Py_NewRef(jd);
     p.ready = 1;
     P = p; /* once per process */
-    Py_RETURN_NONE;
+    return 0;
 }
 
 /* A uuid.UUID of the 128-bit value (hi, lo), made as the Python Publisher
