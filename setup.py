@@ -14,7 +14,7 @@ PARTS = ("common", "sequencer", "reader", "columns", "columns_sequencer", "publi
 setup(
     ext_modules=[
         Extension("message._native", ["message/_native.c"], optional=True,
-                  depends=[f"message/_native_src/{part}.h" for part in PARTS]),
+                  depends=[f"message/_native_src/{part}.inc.c" for part in PARTS]),
         Extension("journal._native", ["journal/_native.c"], optional=True),
     ],
 )

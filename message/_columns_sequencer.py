@@ -28,7 +28,7 @@ frames (``replayed``), as the Sequencer's replay re-reads them.
 
 :func:`numpy_sequence_columns` is the definition, in numpy; the native core,
 when built, runs the same rules as one pass over the frames
-(``message/_native_src/columns_sequencer.h``), and :func:`sequence_columns` picks it
+(``message/_native_src/columns_sequencer.inc.c``), and :func:`sequence_columns` picks it
 (``EXACTLY_PURE_PYTHON=1``: numpy). The test suite holds the two to the same
 answers.
 """

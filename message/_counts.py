@@ -1,5 +1,5 @@
 """What the Python Publisher and Sequencer count, per message: the same
-fields as the native core's ``COUNTS`` (message/_native_src/common.h), read
+fields as the native core's ``COUNTS`` (message/_native_src/common.inc.c), read
 by ``journal.metrics`` when scraped (see ``counts``)."""
 
 from __future__ import annotations

@@ -30,7 +30,7 @@
  * descriptors, as `env.begin` would; nothing here touches another class's
  * private state.
  *
- * The UUID bit layout (in _native_src/common.h) is message/layout.py's;
+ * The UUID bit layout (in _native_src/common.inc.c) is message/layout.py's;
  * tests/test_layout.py checks layout() against it.
  *
  * The code is in parts under message/_native_src/, included here in order:
@@ -44,12 +44,12 @@
 #include <structmember.h>
 #include <pythread.h>
 
-#include "_native_src/common.h"
-#include "_native_src/sequencer.h"
-#include "_native_src/reader.h"
-#include "_native_src/columns.h"
-#include "_native_src/columns_sequencer.h"
-#include "_native_src/publisher.h"
+#include "_native_src/common.inc.c"
+#include "_native_src/sequencer.inc.c"
+#include "_native_src/reader.inc.c"
+#include "_native_src/columns.inc.c"
+#include "_native_src/columns_sequencer.inc.c"
+#include "_native_src/publisher.inc.c"
 
 /* -- layout and module ---------------------------------------------------- */
 

@@ -2,9 +2,9 @@
 
 Every Sequencer applies these rules: the Python one (``message/_sequencer.py``,
 the readable definition, which decides with :func:`decide` and then applies
-the outcome), the native one (``message/_native_src/sequencer.h``) and the
+the outcome), the native one (``message/_native_src/sequencer.inc.c``) and the
 column forms the Arrow and Spark readers use (``message/_columns_sequencer.py`` in
-numpy, ``message/_native_src/columns_sequencer.h``). The test suite holds each of
+numpy, ``message/_native_src/columns_sequencer.inc.c``). The test suite holds each of
 them to these rules.
 
 Per (journal, producer), a reader keeps ``last_ack``, the clock of the
