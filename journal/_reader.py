@@ -24,7 +24,62 @@ _READ1_DEFAULT: Final = 64 * 1024
 JUMPED: Final = -1
 
 
-class ReaderBase(io.RawIOBase):
+class JournalStream(io.RawIOBase):
+    """What every journal reader is as a stream (``JournalReader``): a raw
+    binary stream of one journal from ``offset`` (the journal offset of the
+    next byte; ``tell()`` too) to ``end_offset``, following new appends if
+    ``block``. How the bytes come is the subclass's: ``ReaderBase`` fills
+    buffers from a client's storage, ``GazetteReader`` takes a broker's
+    stream."""
+
+    def __init__(self, journal: str, offset: int, end_offset: int | None, block: bool) -> None:
+        super().__init__()
+        self._journal = journal
+        self._offset = offset
+        self._end_offset = end_offset
+        self._block = block
+
+    @property
+    def journal(self) -> str:
+        return self._journal
+
+    @property
+    def offset(self) -> int:
+        return self._offset
+
+    @property
+    def end_offset(self) -> int | None:
+        return self._end_offset
+
+    @property
+    def block(self) -> bool:
+        return self._block
+
+    def readable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        self._check_open()
+        return self._offset
+
+    def read1(self, size: int = -1, /) -> bytes:
+        return self.read(size if size >= 0 else _READ1_DEFAULT)
+
+    def readinto1(self, buffer: WriteableBuffer, /) -> int:
+        return self.readinto(buffer)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError(f"I/O operation on a closed reader of {self._journal!r}")
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} journal={self._journal!r} offset={self._offset}"
+            f" end_offset={self._end_offset} block={self._block}>"
+        )
+
+
+class ReaderBase(JournalStream):
     """A raw binary stream positioned at a journal offset.
 
     ``tell()`` and ``offset`` give the journal offset of the next byte;
@@ -34,11 +89,7 @@ class ReaderBase(io.RawIOBase):
     """
 
     def __init__(self, journal: str, offset: int, end_offset: int | None, block: bool) -> None:
-        super().__init__()
-        self._journal = journal
-        self._offset = offset
-        self._end_offset = end_offset
-        self._block = block
+        super().__init__(journal, offset, end_offset, block)
         # A close() from another thread must not free what a read is using:
         # the last reader out releases instead.
         self._state_lock = threading.Lock()
@@ -84,31 +135,8 @@ class ReaderBase(io.RawIOBase):
 
     # Public API ----------------------------------------------------------
 
-    @property
-    def journal(self) -> str:
-        return self._journal
-
-    @property
-    def offset(self) -> int:
-        return self._offset
-
-    @property
-    def end_offset(self) -> int | None:
-        return self._end_offset
-
-    @property
-    def block(self) -> bool:
-        return self._block
-
-    def readable(self) -> bool:
-        return True
-
     def seekable(self) -> bool:
         return True
-
-    def tell(self) -> int:
-        self._check_open()
-        return self._offset
 
     def seek(self, pos: int, whence: int = io.SEEK_SET, /) -> int:
         self._check_open()
@@ -166,12 +194,6 @@ class ReaderBase(io.RawIOBase):
                     return 0
             return 0
 
-    def read1(self, size: int = -1, /) -> bytes:
-        return self.read(size if size >= 0 else _READ1_DEFAULT)
-
-    def readinto1(self, buffer: WriteableBuffer, /) -> int:
-        return self.readinto(buffer)
-
     def read(self, size: int = -1, /) -> bytes:
         data = super().read(size)
         # RawIOBase.read returns None only for non-blocking files, never here.
@@ -189,15 +211,6 @@ class ReaderBase(io.RawIOBase):
             self._release()
         super().close()
 
-    def _check_open(self) -> None:
-        if self.closed:
-            raise ValueError(f"I/O operation on a closed reader of {self._journal!r}")
-
-    def __repr__(self) -> str:
-        return (
-            f"<{type(self).__name__} journal={self._journal!r} offset={self._offset}"
-            f" end_offset={self._end_offset} block={self._block}>"
-        )
 
 
 def warn_jump(journal: str, old: int, new: int) -> None:

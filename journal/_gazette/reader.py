@@ -22,7 +22,6 @@ is logged, as for the other clients.
 
 from __future__ import annotations
 
-import io
 import logging
 import threading
 import time
@@ -31,7 +30,7 @@ from typing import IO, TYPE_CHECKING, Final, final
 import grpc
 
 from .._errors import BrokerError, JournalError
-from .._reader import warn_jump
+from .._reader import JournalStream, warn_jump
 from . import broker_pb2 as pb
 from .brokers import (
     TRANSIENT,
@@ -56,7 +55,7 @@ _READ1_DEFAULT: Final = 64 * 1024
 
 
 @final
-class GazetteReader(io.RawIOBase):
+class GazetteReader(JournalStream):
     """A reader of ``[offset, end_offset)`` of one journal of a cluster.
 
     Made by ``GazetteClient.read``. Same contract as every ``JournalReader``:
@@ -77,13 +76,9 @@ class GazetteReader(io.RawIOBase):
         file_root: str | None,
         direct: bool = True,
     ) -> None:
-        super().__init__()
+        super().__init__(journal, offset, end_offset, block)
         self._on_close = on_close  # the client forgets its open readers
         self._brokers = brokers
-        self._journal = journal
-        self._offset = offset
-        self._end_offset = end_offset
-        self._block = block
         self._file_root = file_root
         # Ask brokers for the URLs of persisted fragments and read those
         # from their store (see fragments.py); False once one could not be.
@@ -115,29 +110,6 @@ class GazetteReader(io.RawIOBase):
 
     # The JournalReader protocol ------------------------------------------------
 
-    @property
-    def journal(self) -> str:
-        return self._journal
-
-    @property
-    def offset(self) -> int:
-        return self._offset
-
-    @property
-    def end_offset(self) -> int | None:
-        return self._end_offset
-
-    @property
-    def block(self) -> bool:
-        return self._block
-
-    def readable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        self._check_open()
-        return self._offset
-
     def read(self, size: int = -1, /) -> bytes:
         """At least one and at most ``size`` bytes, or ``b""`` at the end.
 
@@ -148,12 +120,6 @@ class GazetteReader(io.RawIOBase):
             return data if data is not None else b""
         self._check_open()
         return self._next_bytes(size) if size else b""
-
-    def read1(self, size: int = -1, /) -> bytes:
-        return self.read(size if size >= 0 else _READ1_DEFAULT)
-
-    def readinto1(self, buffer: WriteableBuffer, /) -> int:
-        return self.readinto(buffer)
 
     def readinto(self, buffer: WriteableBuffer, /) -> int:
         self._check_open()
@@ -173,12 +139,6 @@ class GazetteReader(io.RawIOBase):
         self._close_direct()
         self._on_close(self)
         super().close()
-
-    def __repr__(self) -> str:
-        return (
-            f"<GazetteReader journal={self._journal!r} offset={self._offset}"
-            f" end_offset={self._end_offset} block={self._block}>"
-        )
 
     # Reading -------------------------------------------------------------------
 
@@ -431,7 +391,3 @@ class GazetteReader(io.RawIOBase):
         if call is not None:
             call.cancel()
         self._chunk, self._chunk_pos = b"", 0
-
-    def _check_open(self) -> None:
-        if self.closed:
-            raise ValueError(f"I/O operation on a closed reader of {self._journal!r}")
