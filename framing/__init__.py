@@ -72,7 +72,10 @@ from ._interfaces import Framing as Framing
 from ._interfaces import PlainJsonFraming as PlainJsonFraming
 from ._interfaces import UnmarshalFunc as UnmarshalFunc
 from ._json import JSONLinesFraming as JSONLinesFraming
+from ._lines import NEWLINE as NEWLINE
+from ._lines import line_ends as line_ends
 from ._lines import unpack_line as unpack_line
+from ._lines import whole_lines_end as whole_lines_end
 from ._registry import framing_by_content_type as framing_by_content_type
 from ._registry import register_framing as register_framing
 from ._registry import registered_content_types as registered_content_types
@@ -101,6 +104,9 @@ __all__ = [
     "ProtoFixedFraming",
     # Per-frame helpers.
     "unpack_line",
+    "NEWLINE",
+    "line_ends",
+    "whole_lines_end",
     "unpack_fixed_frame",
     "encode_fixed_proto_frame",
     # Errors.

@@ -1,5 +1,13 @@
-"""Newline-terminated frames: ``unpack_line``, and the bulk splitters of the
-NDJSON and CSV framings.
+"""Newline-terminated frames: what a line is (``NEWLINE``, ``line_ends``,
+``whole_lines_end``), ``unpack_line``, and the bulk splitters of the NDJSON
+and CSV framings.
+
+This module is the one definition of a line. The other forms of it are
+held to it by the tests: the native readers' loops, the column form
+``message.columns.line_ends`` (numpy or native), the windows of whole lines
+of ``message.arrow``, and the NDJSON writers (the framing's ``marshal``,
+``message.arrow.ndjson_frames`` and the native Publisher), which end every
+frame with ``NEWLINE``.
 
 Wire layout of a line frame::
 
@@ -19,13 +27,35 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from io import BytesIO
 from itertools import accumulate, chain, islice
-from typing import Any
+from typing import Any, Final
 
 from ._errors import TruncatedFrameError
 from ._interfaces import ByteReader, Frame
 
-_NL = b"\n"
+#: The byte that ends a line frame (an NDJSON document; a CSV record, when
+#: no quoted field is open).
+NEWLINE: Final = b"\n"
+_NL = NEWLINE
 _QUOTE = b'"'
+
+
+def line_ends(data: bytes | bytearray | memoryview) -> list[int]:
+    """The end of each whole line of ``data`` (just past its newline),
+    relative to its start; bytes after the last newline are no line."""
+    raw = bytes(data)
+    ends = []
+    at = raw.find(NEWLINE)
+    while at >= 0:
+        ends.append(at + 1)
+        at = raw.find(NEWLINE, at + 1)
+    return ends
+
+
+def whole_lines_end(data: bytes | bytearray, stop: int) -> int:
+    """Where the whole lines of ``data[:stop]`` end (just past the last
+    newline), 0 if it holds none: the cut between complete frames and the
+    start of one still incomplete."""
+    return data.rfind(NEWLINE, 0, stop) + 1
 
 
 def unpack_line(r: ByteReader) -> bytes:

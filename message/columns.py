@@ -22,6 +22,8 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from framing import NEWLINE
+
 from ._core import NATIVE
 
 if TYPE_CHECKING:
@@ -177,15 +179,16 @@ def _envelope_fields_numpy(hi: Array, lo: Array) -> tuple[bytes, bytes, Array, A
 
 
 def line_ends(data: Any) -> Array:
-    """The end of each line of ``data`` (any bytes-like object), relative to
-    its start and just past the line's newline, as int64; bytes after the
-    last newline are no line."""
+    """``framing.line_ends`` as a column: the end of each line of ``data``
+    (any bytes-like object), relative to its start and just past the line's
+    newline, as int64; bytes after the last newline are no line."""
     import numpy as np
 
     if NATIVE is not None:
         ends: Array = np.frombuffer(NATIVE.line_ends(data), dtype=np.int64)
         return ends
-    return (np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10) + 1).astype(np.int64)
+    newline = np.frombuffer(NEWLINE, dtype=np.uint8)[0]
+    return (np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == newline) + 1).astype(np.int64)
 
 
 def prefixed_uuids(

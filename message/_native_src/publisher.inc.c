@@ -303,7 +303,7 @@ marshal(PyObject *entry, PyObject *msg)
             PyObject *frame = PyBytes_FromStringAndSize(NULL, n + 1);
             if (frame != NULL) {
                 memcpy(PyBytes_AS_STRING(frame), PyBytes_AS_STRING(doc), n);
-                PyBytes_AS_STRING(frame)[n] = '\n';
+                PyBytes_AS_STRING(frame)[n] = '\n'; /* framing.NEWLINE ends the frame */
             }
             Py_DECREF(doc);
             return frame;

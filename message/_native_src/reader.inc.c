@@ -349,6 +349,7 @@ next_line(Reader *r, long long *begin, long long *end)
 {
     for (;;) {
         char *data = PyByteArray_AS_STRING(r->buf);
+        /* A line as framing/_lines.py defines it: up to framing.NEWLINE. */
         char *nl = r->scanned < r->blen
                        ? memchr(data + r->scanned, '\n', r->blen - r->scanned) : NULL;
         if (nl != NULL) {

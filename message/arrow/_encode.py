@@ -11,6 +11,8 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from framing import NEWLINE
+
 from .._types import DEFAULT_UUID_PATH
 from ._windows import _fixed_width_strings
 
@@ -51,7 +53,7 @@ def ndjson_frames(
     opening = "".join(f"{orjson.dumps(key).decode()}:{{" for key in uuid_path[:-1])
     parts.append(("," if parts else "{") + opening + orjson.dumps(uuid_path[-1]).decode() + ':"')
     parts.append(_fixed_width_strings(n, 36, uuids))
-    parts.append('"' + "}" * len(uuid_path) + "\n")
+    parts.append('"' + "}" * len(uuid_path) + NEWLINE.decode())
     lines = pc.binary_join_element_wise(*parts, "")
     _, offsets_buffer, data = lines.buffers()
     offsets = np.frombuffer(offsets_buffer, dtype=np.int32, count=n + 1, offset=lines.offset * 4)

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 import pyarrow as pa
 
+from framing import whole_lines_end
+
 from ..columns import envelope_fields, line_ends, parse_uuid_strings
 from ..layout import (
     PRODUCER_MASK,
@@ -84,7 +86,7 @@ def _line_windows(reader: Any, size: int) -> Iterator[tuple[int, memoryview]]:
     base = int(reader.offset)  # journal offset of buf[0]
     while True:
         if fill == len(buf):
-            cut = buf.rfind(b"\n", 0, fill) + 1
+            cut = whole_lines_end(buf, fill)
             if cut:
                 yield base, view[:cut]
                 buf[: fill - cut] = view[cut:fill]
@@ -100,7 +102,7 @@ def _line_windows(reader: Any, size: int) -> Iterator[tuple[int, memoryview]]:
             break
         at = int(reader.offset) - n
         if at != base + fill:  # a jump: what is held ends here
-            cut = buf.rfind(b"\n", 0, fill) + 1
+            cut = whole_lines_end(buf, fill)
             if cut:
                 yield base, view[:cut]
             if fill > cut:
@@ -109,7 +111,7 @@ def _line_windows(reader: Any, size: int) -> Iterator[tuple[int, memoryview]]:
             base, fill = at, n
             continue
         fill += n
-    cut = buf.rfind(b"\n", 0, fill) + 1
+    cut = whole_lines_end(buf, fill)
     if cut:
         yield base, view[:cut]
     if fill > cut:

@@ -498,8 +498,11 @@ def test_native_sequence_columns_is_the_numpy_definition(cols: tuple[Any, ...]) 
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=300), st.lists(st.integers(0, 299), max_size=20))
 def test_line_ends_are_the_newlines(data: bytes, at: list[int]) -> None:
-    """``line_ends`` (native, or numpy with EXACTLY_PURE_PYTHON) is just past
-    each newline, in a bytes object or a slice of a buffer."""
+    """``message.columns.line_ends`` (native, or numpy with
+    EXACTLY_PURE_PYTHON) is ``framing.line_ends``, the definition of a line,
+    in a bytes object or a slice of a buffer; and ``framing.line_ends`` is
+    just past each newline."""
+    import framing
     from message.columns import line_ends
 
     raw = bytearray(data)
@@ -507,9 +510,12 @@ def test_line_ends_are_the_newlines(data: bytes, at: list[int]) -> None:
         if i < len(raw):
             raw[i] = 10
     want = [i + 1 for i, c in enumerate(raw) if c == 10]
-    assert line_ends(bytes(raw)).tolist() == want
+    assert framing.line_ends(raw) == want
+    assert line_ends(bytes(raw)).tolist() == framing.line_ends(raw)
     view = memoryview(raw)[1:]
-    assert line_ends(view).tolist() == [i - 1 for i in want if i > 1]
+    assert line_ends(view).tolist() == framing.line_ends(view)
+    cut = framing.whole_lines_end(raw, len(raw))
+    assert cut == (want[-1] if want else 0)
 
 
 @needs_native
