@@ -251,21 +251,11 @@ class _Scan:
         """``(state, opened)`` of each producer with an open transaction:
         ``opened`` is the time (ns since the epoch) in the UUID of its first
         message, None if that cannot be read."""
-        from message import ReadUncommittedIter, clock_to_unix_ns, get_clock
+        from message import published_at
 
-        out = []
-        for st in sorted(self.states.values(), key=lambda st: st.begin):
-            if st.begin < 0:
-                continue
-            opened = None
-            with ReadUncommittedIter(store, spec.name, new_message, offset=st.begin,
-                                     skip_corrupt=True) as first:
-                for env in first:
-                    clock = get_clock(env.message.get_uuid())
-                    opened = clock_to_unix_ns(clock) if clock else None
-                    break
-            out.append((st, opened))
-        return out
+        return [(st, published_at(store, spec.name, new_message, st.begin))
+                for st in sorted(self.states.values(), key=lambda st: st.begin)
+                if st.begin >= 0]
 
 
 def _age(ns: int | None) -> str:

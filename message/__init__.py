@@ -125,6 +125,7 @@ from ._mapping import rendezvous_mapping as rendezvous_mapping
 from ._publisher import AckIntent as AckIntent
 from ._reader import ReadCommittedIter as ReadCommittedIter
 from ._reader import ReadUncommittedIter as ReadUncommittedIter
+from ._reader import published_at as published_at
 from ._selector import ReadCommittedSelectorIter as ReadCommittedSelectorIter
 from ._sources import CommittedSource as CommittedSource
 from ._transaction import IntentLog as IntentLog
@@ -171,6 +172,7 @@ __all__ = [
     "Publisher", "AckIntent", "Transaction", "IntentLog", "JournalIntentLog", "write_intents",
     # reading, sequencing and checkpoints
     "ReadUncommittedIter", "ReadCommittedIter", "ReadCommittedSelectorIter", "CommittedSource",
+    "published_at",
     "Sequencer", "Checkpoint",
     # mapping
     "MappingFunc", "MappingKeyFunc", "PartitionsFunc", "modulo_mapping",

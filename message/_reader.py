@@ -557,17 +557,7 @@ class ReadCommittedIter(_EnvelopeIter):
         return Checkpoint(offsets, states)
 
     def _published_at(self, journal: str, offset: int) -> int | None:
-        """When the message at ``offset`` of ``journal`` was published (ns
-        since the epoch), from its UUID; None if it cannot be read."""
-        try:
-            with ReadUncommittedIter(self._client, journal, self._new_message, offset=offset,
-                                     skip_corrupt=True) as it:
-                for env in it:
-                    clock = get_clock(env.message.get_uuid())
-                    return clock_to_unix_ns(clock) if clock else None
-        except JournalError:
-            return None
-        return None
+        return published_at(self._client, journal, self._new_message, offset)
 
     def close(self) -> None:
         """Stop reading and release the journal reader."""
@@ -575,6 +565,22 @@ class ReadCommittedIter(_EnvelopeIter):
         self._uncommitted.close()
         if self._own_sequencer:
             metrics.forget_open_spans(self.sequencer)
+
+
+def published_at(client: JournalClient, journal: str, new_message: NewMessageFunc,
+                 offset: int) -> int | None:
+    """When the message at ``offset`` of ``journal`` was published (ns since
+    the epoch, from its UUID's clock); None if it has no clock or cannot be
+    read. What an open transaction's age is measured from."""
+    try:
+        with ReadUncommittedIter(client, journal, new_message, offset=offset,
+                                 skip_corrupt=True) as it:
+            for env in it:
+                clock = get_clock(env.message.get_uuid())
+                return clock_to_unix_ns(clock) if clock else None
+    except JournalError:
+        return None
+    return None
 
 
 def _listen(client: JournalClient, journal: str, block: bool) -> TransientListener:

@@ -22,7 +22,6 @@ it unchanged. docs/gazette.md tells the whole story; in short:
 
 from __future__ import annotations
 
-import atexit
 import builtins
 import contextlib
 import logging
@@ -39,7 +38,7 @@ from typing import Final, NoReturn, cast, final
 import grpc
 
 from .._append_queue import append_router, flush_queues
-from .._closing import Closing
+from .._closing import Closing, OpenClients
 from .._errors import (
     AppendTooLargeError,
     BrokerError,
@@ -84,7 +83,7 @@ LOG: Final = logging.getLogger("journal")
 #: so that its watcher notices soon that it was stopped.
 _WATCH_DEADLINE: Final = 5.0
 
-_CLIENTS: weakref.WeakSet[GazetteClient] = weakref.WeakSet()
+_CLIENTS = OpenClients()  # closed at exit
 
 
 @final
@@ -723,22 +722,6 @@ def _sha1_hex(s: pb.SHA1Sum) -> str:
     return _sha1_bytes(s).hex()
 
 
-def _close_all_at_exit() -> None:
-    # Appender threads are daemons so that a forgotten client cannot hang the
-    # interpreter; finish their queued appends before it exits instead.
-    for client in builtins.list(_CLIENTS):
-        with contextlib.suppress(Exception):
-            client.close()
-
-
-def _after_fork_in_child() -> None:
-    for client in builtins.list(_CLIENTS):
-        client._after_fork_in_child()
-
-
-atexit.register(_close_all_at_exit)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def security_of(

@@ -17,7 +17,6 @@ record, which covers only bytes already on disk.
 
 from __future__ import annotations
 
-import atexit
 import builtins
 import contextlib
 import logging
@@ -32,7 +31,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final, final
 
 from .._append_queue import append_router, flush_queues
-from .._closing import Closing
+from .._closing import Closing, OpenClients
 from .._errors import (
     AppendTooLargeError,
     CorruptJournalError,
@@ -105,7 +104,7 @@ _VERIFIED_MAX: Final = 4096
 
 LOG: Final = logging.getLogger("journal")
 
-_STORES: weakref.WeakSet[LocalJournalStore] = weakref.WeakSet()
+_STORES = OpenClients()  # closed at exit
 
 
 @final
@@ -798,22 +797,6 @@ def _initial_record() -> bytes:
     return pack_slot(CommitRecord(0, 0, 0)) + bytes(len(pack_slot(CommitRecord(0, 0, 0))))
 
 
-def _close_all_at_exit() -> None:
-    # Writer threads are daemons so that a forgotten store cannot hang the
-    # interpreter; finish their queued appends before it exits instead.
-    for store in builtins.list(_STORES):
-        with contextlib.suppress(Exception):
-            store.close()
-
-
-def _after_fork_in_child() -> None:
-    for store in builtins.list(_STORES):
-        store._after_fork_in_child()
-
-
-atexit.register(_close_all_at_exit)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _first_hole(
