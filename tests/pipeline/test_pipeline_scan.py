@@ -36,6 +36,7 @@ from message import (
 )
 from message.arrow import ArrowContent
 from pipeline._scan import read_journal
+from pipeline._sink import commit_stream_batch, sink_job
 from pipeline._stream_offsets import encode_states, read_range, sequence_range, states_of
 from pipeline._write import (
     INTENTS,
@@ -44,10 +45,8 @@ from pipeline._write import (
     abort_job,
     attempts_journal,
     commit_job,
-    commit_stream_batch,
     publish_rows,
     recover,
-    sink_job,
     start_job,
 )
 from tests import examples_pb2
