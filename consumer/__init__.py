@@ -68,11 +68,20 @@ to the contract.
 """
 
 from ._errors import ConsumerError as ConsumerError
+from ._errors import EtcdError as EtcdError
 from ._errors import FencedError as FencedError
 from ._errors import StoreError as StoreError
+from ._etcd import EtcdClient as EtcdClient
+from ._group import DEFAULT_ETCD_PREFIX as DEFAULT_ETCD_PREFIX
+from ._group import ShardGroup as ShardGroup
+from ._group import SpecFileError as SpecFileError
+from ._group import read_spec_file as read_spec_file
 from ._interfaces import Application as Application
 from ._interfaces import Store as Store
 from ._json_store import JSONFileStore as JSONFileStore
+from ._member import DEFAULT_LEASE_TTL as DEFAULT_LEASE_TTL
+from ._member import Member as Member
+from ._member import StoreElsewhereError as StoreElsewhereError
 from ._runner import Runner as Runner
 from ._shard import Shard as Shard
 from ._shard import ShardSpec as ShardSpec
@@ -83,10 +92,12 @@ from ._sql_store import SQLStore as SQLStore
 __all__ = [
     # what a consumer is made of
     "ShardSpec", "Shard", "Application", "Store",
-    # running it
-    "Runner",
+    # running it: in one process, or as members of a group kept in etcd
+    "Runner", "Member", "ShardGroup", "EtcdClient", "read_spec_file", "DEFAULT_ETCD_PREFIX",
+    "DEFAULT_LEASE_TTL",
     # stores
     "JSONFileStore", "SQLiteStore", "PostgresStore", "SQLStore",
     # errors
-    "ConsumerError", "FencedError", "StoreError",
+    "ConsumerError", "FencedError", "StoreError", "EtcdError", "StoreElsewhereError",
+    "SpecFileError",
 ]

@@ -6,8 +6,12 @@
      ├── FencedError        another instance of the shard's store restored
      │                      since this one did: this instance may not commit
      │                      (.shard)
-     └── StoreError         a store could not restore or commit (.shard, .store);
-                            the cause is chained
+     ├── StoreError         a store could not restore or commit (.shard, .store);
+     │    │                 the cause is chained
+     │    └── StoreElsewhereError  the shard's store is on another host's disk
+     ├── SpecFileError      a file of shard specs that cannot be applied
+     └── EtcdError          etcd, where members claim shards, failed or refused
+                            a call (.code: gRPC's status name)
 
 An exception raised by the application itself (``consume_message``,
 ``finalize_txn``, ...) is never wrapped: the runtime stops the shard and
@@ -38,3 +42,12 @@ class StoreError(ConsumerError):
         super().__init__(message)
         self.shard = shard
         self.store = store
+
+
+class EtcdError(ConsumerError):
+    """etcd did not answer, or refused a call; ``code`` is gRPC's status name
+    (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``, ...), empty when not known."""
+
+    def __init__(self, message: str, *, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code

@@ -49,13 +49,19 @@ def broker_of(args: argparse.Namespace) -> str | None:
     return os.environ.get("BROKER_ADDRESS") or None
 
 
-def open_store(args: argparse.Namespace, *, must_exist: bool = True) -> Any:
+def open_store(args: argparse.Namespace, *, must_exist: bool = True,
+               service: bool = False) -> Any:
+    """The journals the command works on. ``service``: a long-running
+    command (``serve``), which rides out a broker's failover as long as
+    the client does by default, rather than fail a waiting user in seconds."""
     broker = broker_of(args)
     if broker is not None:
         from journal import GazetteClient
 
         try:
             # A user waits: a cluster that does not answer is an error within seconds.
+            if service:
+                return GazetteClient(broker, **security_options(args))
             return GazetteClient(broker, retry_timeout=10.0, **security_options(args))
         except ValueError as exc:
             raise UsageError(f"--broker: {exc}") from None

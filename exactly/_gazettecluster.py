@@ -408,6 +408,29 @@ class GazetteCluster:
             finally:
                 self._write_state()
 
+    def restart_etcd(self, down: float = 0.0, *, sig: int = signal.SIGKILL,
+                     timeout: float = 30.0) -> None:
+        """Send etcd ``sig``, wait until it has exited, leave it down
+        ``down`` seconds, and start it again on its former port and data:
+        its keys and leases are kept (etcd renews every lease by its TTL on
+        start)."""
+        with self._lock:
+            self._require_started()
+            proc = self._etcd
+            assert proc is not None
+            if alive(proc):
+                send_signal(proc, sig)
+                if not wait_dead(proc, timeout):
+                    raise ClusterError(f"etcd (pid {proc.pid}) still runs {timeout:g}s after"
+                                       f" signal {signal.Signals(sig).name}")
+            if proc.popen is not None:
+                proc.popen.wait()
+            time.sleep(down)
+            deadline = time.monotonic() + timeout
+            self._launch_etcd(proc)
+            self._write_state()
+            self._wait_etcd(proc, deadline)
+
     def ensure_brokers(self, timeout: float = 30.0) -> list[int]:
         """Start again every broker whose process has exited; return their
         indexes. (A broker exits by itself if it loses its etcd lease.)"""

@@ -28,8 +28,9 @@ _OPEN_SHOWN = 8
 
 
 def add_shards_command(sub: Any, common: Sequence[argparse.ArgumentParser]) -> None:
-    s = sub.add_parser("shards", help="what consumer shards have committed: offsets, lag,"
-                                      " producers, pending ACK intents", parents=list(common))
+    s = sub.add_parser("shards", help="consumer shards: what their stores committed (show),"
+                                      " and the shards kept in etcd (apply, list, delete)",
+                       parents=list(common))
     ssub = s.add_subparsers(dest="action", metavar="ACTION", required=True)
     show = ssub.add_parser("show", help="each shard's checkpoint from its store, and the lag"
                                         " of its sources", parents=list(common))
@@ -39,6 +40,9 @@ def add_shards_command(sub: Any, common: Sequence[argparse.ArgumentParser]) -> N
                       help="json:DIR (a JSONFileStore), sqlite:PATH, or postgresql://...")
     show.add_argument("--json", action="store_true", help="one JSON document per shard")
     show.set_defaults(func=cmd_shards_show)
+    from exactly._members_cmd import add_member_commands
+
+    add_member_commands(ssub, sub, common)
 
 
 def checkpoints_of(spec: str) -> dict[str, Any]:

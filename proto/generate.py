@@ -19,6 +19,7 @@ ROOT = HERE.parent
 DESTINATIONS = {
     "broker.proto": "journal/_gazette",
     "checkpoint.proto": "message/_proto",
+    "etcd.proto": "consumer/_etcd",
     "examples.proto": "tests",  # example messages of the tests
 }
 

@@ -1,0 +1,14 @@
+"""A small etcd v3 client over gRPC: what ``consumer.Member`` and ``exactly
+shards`` need of etcd (keys, transactions, leases), no more.
+
+The stubs are generated from ``proto/etcd.proto``, a subset of etcd's own
+``rpc.proto``, the way ``proto/`` generates Gazette's: grpcio and protobuf
+are dependencies already, and no etcd client library on PyPI is both kept up
+and free of its own pinned protobuf.
+"""
+
+from .client import EtcdClient as EtcdClient
+from .client import KeyValue as KeyValue
+from .client import prefix_end as prefix_end
+
+__all__ = ["EtcdClient", "KeyValue", "prefix_end"]

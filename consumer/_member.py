@@ -1,0 +1,492 @@
+"""``Member``: one process of a consumer application that serves, with the
+others, the shards kept in etcd (see ``consumer._group`` for the keys).
+
+A member joins its group with an etcd lease, renewed every third of its
+TTL. Every ``poll`` seconds it reads the group (specs, live members,
+claims) at one revision and acts:
+
+- a shard served here whose claim is gone (the lease expired while the
+  process was paused, say), or whose spec was deleted or changed, is asked
+  to stop: it commits its open transaction, or, fenced off by the store
+  of a newer instance, abandons it; its claim is deleted once it stopped;
+- the shards are shared evenly among the live members (``quotas``): below
+  its share, a member claims unclaimed shards; above it, while another
+  member is below its own, it releases one at a time (stopped cleanly
+  first, claim deleted after). A shard left unclaimed for half a lease TTL
+  is claimed by any member that can serve it, whatever its share;
+- a member that loses its lease (etcd says it expired, or no renewal got
+  through for a whole TTL) stops every shard at once and joins again with a
+  new lease.
+
+Claims are etcd transactions that hold only while the shard has no claim
+and the member's key is still under its lease: two members never hold one
+shard's claim at once. Between the moment a member's lease expires and the
+moment it notices, it may still commit: the store's fence (restoring the
+store in the new member fences off the old) is the safety net, and no
+transaction commits twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, Self, final
+
+import mmh3
+import orjson
+
+from ._errors import EtcdError, FencedError, StoreError
+from ._etcd import EtcdClient
+from ._group import DEFAULT_ETCD_PREFIX, GroupView, ShardGroup, quotas
+from ._interfaces import Application
+from ._json_store import JSONFileStore
+from ._sql_store import SQLiteStore
+from ._txn import ShardLoop
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from journal import JournalClient, JournalSpec
+    from message import Envelope, Message, Publisher
+
+    from ._interfaces import Store
+    from ._shard import Shard, ShardSpec
+
+log = logging.getLogger("consumer.member")
+
+#: A member's lease TTL unless told otherwise (seconds), as the issue of a
+#: dead member's shards being served elsewhere within it.
+DEFAULT_LEASE_TTL: Final = 10
+#: etcd raises shorter TTLs to its minimum; refuse them instead.
+MIN_LEASE_TTL: Final = 2
+
+
+class StoreElsewhereError(StoreError):
+    """The shard's store lives on the disk of another host: this member
+    cannot serve it (see ``Member``)."""
+
+
+def store_home(store: Store) -> tuple[str, str] | None:
+    """``(kind, path)`` of a store kept on this host's disk, None for a
+    store that any host reaches (``PostgresStore``, ...). A store of one's
+    own on local disk says so with a ``local_path`` attribute."""
+    if isinstance(store, JSONFileStore):
+        return "JSONFileStore", str(store.path)
+    if isinstance(store, SQLiteStore):
+        return "SQLiteStore", store.path
+    path = getattr(store, "local_path", None)
+    return (type(store).__name__, os.fspath(path)) if path is not None else None
+
+
+class _HomeCheck(Application):
+    """The application as a member runs it: its store, when it is on local
+    disk, is checked against where the shard's store was first opened."""
+
+    def __init__(self, app: Application, member: Member) -> None:
+        self._app = app
+        self._member = member
+
+    def new_store(self, shard: Shard) -> Store:
+        store = self._app.new_store(shard)
+        try:
+            self._member.check_home(shard, store)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                store.close()
+            raise
+        return store
+
+    def new_message(self, spec: JournalSpec) -> Message:
+        return self._app.new_message(spec)
+
+    def consume_message(
+        self, shard: Shard, store: Store, envelope: Envelope, publisher: Publisher
+    ) -> None:
+        self._app.consume_message(shard, store, envelope, publisher)
+
+    def begin_txn(self, shard: Shard, store: Store) -> None:
+        self._app.begin_txn(shard, store)
+
+    def finalize_txn(self, shard: Shard, store: Store, publisher: Publisher) -> None:
+        self._app.finalize_txn(shard, store, publisher)
+
+
+class _Served:
+    """A shard served here: its loop, the revision of its claim (its term),
+    and why it is being stopped, if it is."""
+
+    __slots__ = ("loop", "revision", "stopping")
+
+    def __init__(self, loop: ShardLoop, revision: int) -> None:
+        self.loop = loop
+        self.revision = revision
+        self.stopping: str | None = None
+
+
+@final
+class Member:
+    """A member of the consumer group kept in etcd at ``etcd`` (a URL, or an
+    ``EtcdClient``) under ``prefix``: it serves its share of the group's
+    shards with ``app``, reading and publishing through ``client``, until
+    :meth:`stop`. See the module docstring for how shards are shared.
+
+    ``lease_ttl``: seconds after which a member that died is gone and its
+    shards are claimed by others (at least 2). ``member_id``: unique in the
+    group (default: host, PID and a random suffix). ``host``: the machine
+    whose disk local stores (``JSONFileStore``, ``SQLiteStore``) live on;
+    members that share a filesystem may give the same name. A shard whose
+    local store was first opened on another host is refused here, with an
+    error in the log, and left to a member of that host. ``poll``: seconds
+    between two looks at the group (default: a tenth of the TTL, at most 1).
+    ``retry_failed``: seconds before a shard that failed here (an exception
+    of the application, a store that failed) is claimed here again.
+    """
+
+    def __init__(
+        self,
+        client: JournalClient,
+        app: Application,
+        etcd: str | EtcdClient,
+        *,
+        prefix: str = DEFAULT_ETCD_PREFIX,
+        lease_ttl: int = DEFAULT_LEASE_TTL,
+        member_id: str | None = None,
+        host: str | None = None,
+        poll: float | None = None,
+        retry_failed: float = 10.0,
+    ) -> None:
+        for name in ("new_store", "new_message", "consume_message"):
+            if not callable(getattr(app, name, None)):
+                raise TypeError(f"the application has no {name}() method")
+        if isinstance(lease_ttl, bool) or not isinstance(lease_ttl, int) or \
+                lease_ttl < MIN_LEASE_TTL:
+            raise ValueError(f"lease_ttl must be a whole number of seconds, at least"
+                             f" {MIN_LEASE_TTL}, not {lease_ttl!r}")
+        self._owns_etcd = isinstance(etcd, str)
+        self._etcd = EtcdClient(etcd) if isinstance(etcd, str) else etcd
+        self._group = ShardGroup(self._etcd, prefix)
+        self.host = host or socket.gethostname()
+        self.id = member_id or f"{self.host}-{os.getpid()}-{os.urandom(3).hex()}"
+        if "/" in self.id or not self.id.strip():
+            raise ValueError(f"member_id {self.id!r}: no '/', not empty")
+        self._client = client
+        self._app = _HomeCheck(app, self)
+        self._ttl = lease_ttl
+        self._poll = poll if poll is not None else min(1.0, lease_ttl / 10)
+        self._retry_failed = retry_failed
+        self._lock = threading.Lock()
+        self._served: dict[str, _Served] = {}
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._lease: int | None = None
+        self._lease_deadline = 0.0
+        self._next_renewal = 0.0
+        self._old_leases: list[int] = []
+        self._failed: dict[str, float] = {}
+        self._refused: dict[str, ShardSpec] = {}
+        self._unclaimed_since: dict[str, float] = {}
+        self._etcd_down_since: float | None = None
+        #: (shard id, exception) of every shard that stopped on an error here.
+        self.errors: list[tuple[str, BaseException]] = []
+        #: Shards this member will not serve, and why: their store is on the
+        #: disk of another host.
+        self.unservable: dict[str, str] = {}
+        #: Claims taken and given up since the start: (event, shard, revision),
+        #: event being ``claimed`` or ``released``.
+        self.history: list[tuple[str, str, int]] = []
+
+    def __repr__(self) -> str:
+        return f"Member({self.id!r}, prefix={self._group.prefix!r})"
+
+    @property
+    def prefix(self) -> str:
+        return self._group.prefix
+
+    @property
+    def serving(self) -> tuple[str, ...]:
+        """The shards this member serves now (not those it is stopping)."""
+        with self._lock:
+            return tuple(sorted(s for s, v in self._served.items()
+                                if v.stopping is None and not v.loop.finished))
+
+    @property
+    def lease(self) -> int | None:
+        """The etcd lease this member holds now, if any."""
+        return self._lease
+
+    def start(self) -> None:
+        """Join the group and serve in the background (if not already)."""
+        if self._thread is not None:
+            return
+        self._stop = False
+        self._thread = threading.Thread(target=self._main, name=f"exactly member {self.id}",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop every shard (each commits its open transaction, or abandons
+        it if fenced off), give up their claims and leave the group."""
+        thread = self._thread
+        if thread is None:
+            return
+        self._stop = True
+        self._wake.set()
+        thread.join(timeout)
+        if thread.is_alive():
+            raise TimeoutError(f"member {self.id} did not stop within {timeout} s")
+        self._thread = None
+        if self._owns_etcd:
+            self._etcd.close()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # -- the member's thread -------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            while not self._stop:
+                try:
+                    self._tick()
+                    if self._etcd_down_since is not None:
+                        log.info("member %s: etcd answers again", self.id)
+                        self._etcd_down_since = None
+                except EtcdError as exc:
+                    now = time.monotonic()
+                    if self._etcd_down_since is None:
+                        self._etcd_down_since = now
+                        log.warning("member %s: %s", self.id, exc)
+                    if self._lease is not None and now >= self._lease_deadline:
+                        self._lose(f"no renewal of its lease reached etcd for {self._ttl} s")
+                except Exception:
+                    log.exception("member %s: unexpected error; going on", self.id)
+                self._wake.wait(self._poll)
+                self._wake.clear()
+        finally:
+            self._leave()
+
+    def _tick(self) -> None:
+        self._reap()
+        now = time.monotonic()
+        if self._lease is None:
+            self._join()
+        elif now >= self._next_renewal:
+            ttl = self._etcd.keep_alive(self._lease)
+            if ttl <= 0:
+                self._lose("its lease expired")
+                return
+            self._lease_deadline = now + ttl
+            self._next_renewal = now + ttl / 3
+        view = self._group.view()
+        me = view.members.get(self.id)
+        if me is None or me.lease != self._lease:
+            self._lose("its member key is gone")
+            return
+        self._follow(view)
+        self._balance(view)
+
+    def _join(self) -> None:
+        for old in list(self._old_leases):  # claims of a lease given up: free them now
+            self._etcd.revoke(old)
+            self._old_leases.remove(old)
+        lease, ttl = self._etcd.grant(self._ttl)
+        now = time.monotonic()
+        doc = orjson.dumps({"host": self.host, "pid": os.getpid(), "since": time.time()})
+        try:
+            self._etcd.put(self._group.keys.member(self.id), doc, lease=lease)
+        except EtcdError:
+            with contextlib.suppress(EtcdError):
+                self._etcd.revoke(lease)
+            raise
+        self._lease, self._lease_deadline, self._next_renewal = lease, now + ttl, now + ttl / 3
+        log.info("member %s joined %s (lease %x, TTL %d s)", self.id, self.prefix, lease, ttl)
+
+    def _lose(self, why: str) -> None:
+        """The lease is gone, or may be: every shard stops now."""
+        lease = self._lease
+        self._lease = None
+        if lease is not None:
+            self._old_leases.append(lease)
+        with self._lock:
+            served = [(s, v) for s, v in self._served.items() if v.stopping is None]
+        log.warning("member %s lost its lease (%s): stopping %d shards", self.id, why,
+                    len(served))
+        for shard, v in served:
+            self._stop_shard(shard, v, "the member lost its lease")
+
+    def _stop_shard(self, shard: str, v: _Served, why: str) -> None:
+        v.stopping = why
+        v.loop.request_stop()
+        log.info("member %s: stopping shard %s: %s", self.id, shard, why)
+
+    def _reap(self) -> None:
+        """Forget the shards that stopped; delete their claims."""
+        with self._lock:
+            done = [(s, v) for s, v in self._served.items() if v.loop.finished]
+        for shard, v in done:
+            if self._lease is not None:
+                key = self._group.keys.claim(shard)
+                self._etcd.txn([EtcdClient.created_at(key, v.revision),
+                                EtcdClient.leased(key, self._lease)],
+                               [EtcdClient.delete_op(key)])
+            err = v.loop.error
+            if err is not None:
+                self.errors.append((shard, err))
+                if isinstance(err, StoreElsewhereError):
+                    self._refused[shard] = v.loop.spec
+                    self.unservable[shard] = str(err)
+                elif not isinstance(err, FencedError):
+                    self._failed[shard] = time.monotonic()
+            with self._lock:
+                del self._served[shard]
+            self.history.append(("released", shard, v.revision))
+            log.info("member %s released shard %s%s", self.id, shard,
+                     "" if err is None else f" ({type(err).__name__}: {err})")
+
+    def _follow(self, view: GroupView) -> None:
+        """Stop the shards that lost their claim, or whose spec changed."""
+        with self._lock:
+            served = [(s, v) for s, v in self._served.items() if v.stopping is None]
+        for shard, v in served:
+            claim = view.claims.get(shard)
+            spec = view.specs.get(shard)
+            if claim is None or claim.revision != v.revision:
+                self._stop_shard(shard, v, "its claim is gone")
+            elif spec is None:
+                self._stop_shard(shard, v, "its spec was deleted")
+            elif spec != v.loop.spec:
+                self._stop_shard(shard, v, "its spec changed")
+
+    def _balance(self, view: GroupView) -> None:
+        now = time.monotonic()
+        share = quotas(view.members, len(view.specs))
+        held: dict[str, int] = {}
+        for claim in view.claims.values():
+            if claim.member in view.members:
+                held[claim.member] = held.get(claim.member, 0) + 1
+        mine, quota = held.get(self.id, 0), share.get(self.id, 0)
+        unclaimed = [s for s in view.specs if s not in view.claims]
+        self._unclaimed_since = {s: self._unclaimed_since.get(s, now) for s in unclaimed}
+        candidates = sorted(
+            (s for s in unclaimed if self._may_serve(s, view, now)),
+            key=lambda s: mmh3.hash(f"{self.id}\0{s}", signed=False))
+        grace = self._ttl / 2
+        for shard in candidates:
+            if self._stop or self._lease is None:
+                return
+            due = mine < quota or now - self._unclaimed_since[shard] >= grace
+            if due and self._claim(shard, view.specs[shard]):
+                mine += 1
+        if mine > quota and not any(v.stopping for v in self._served.values()):
+            short = [m for m in view.members if held.get(m, 0) < share.get(m, 0)]
+            serving = self.serving
+            if short and serving:
+                shard = serving[-1]
+                self._stop_shard(shard, self._served[shard],
+                                 f"handing it over ({mine} shards here, a share is {quota})")
+
+    def _may_serve(self, shard: str, view: GroupView, now: float) -> bool:
+        if shard in self._served:
+            return False  # still stopping here
+        spec = view.specs[shard]
+        if self._refused.get(shard) == spec:
+            return False
+        failed = self._failed.get(shard)
+        if failed is not None and now - failed < self._retry_failed:
+            return False
+        home = view.homes.get(shard)
+        if home is None or home.get("host") == self.host:
+            return True
+        if shard not in self.unservable:
+            why = (f"its {home.get('store')} is at {home.get('path')} on host {home.get('host')};"
+                   f" this member runs on {self.host}")
+            self.unservable[shard] = why
+            log.warning("member %s will not serve shard %s: %s", self.id, shard, why)
+        return False
+
+    def _claim(self, shard: str, spec: ShardSpec) -> bool:
+        assert self._lease is not None
+        keys = self._group.keys
+        doc = orjson.dumps({"member": self.id, "host": self.host})
+        resp = self._etcd.txn(
+            [EtcdClient.absent(keys.claim(shard)), EtcdClient.leased(keys.member(self.id),
+                                                                     self._lease)],
+            [EtcdClient.put_op(keys.claim(shard), doc, lease=self._lease)])
+        if not resp.succeeded:
+            return False
+        revision = int(resp.header.revision)
+        self._unclaimed_since.pop(shard, None)
+        holder: list[ShardLoop] = []
+        loop = ShardLoop(self._client, self._app, spec, self._finished_wakes(holder))
+        holder.append(loop)
+        with self._lock:
+            self._served[shard] = _Served(loop, revision)
+        self.history.append(("claimed", shard, revision))
+        log.info("member %s claimed shard %s (revision %d)", self.id, shard, revision)
+        loop.start()
+        return True
+
+    def _finished_wakes(self, holder: list[ShardLoop]) -> Callable[[], None]:
+        def progressed() -> None:
+            if holder and holder[0].finished:
+                self._wake.set()
+        return progressed
+
+    def check_home(self, shard: Shard, store: Store) -> None:
+        """Refuse (``StoreElsewhereError``) a store on local disk that the shard
+        first opened on another host; record this host as its home if none is."""
+        home = store_home(store)
+        if home is None:
+            return
+        kind, path = home
+        key = self._group.keys.home(shard.id)
+        doc = orjson.dumps({"host": self.host, "store": kind, "path": path})
+        resp = self._etcd.txn([EtcdClient.absent(key)], [EtcdClient.put_op(key, doc)],
+                              [EtcdClient.get_op(key)])
+        if resp.succeeded:
+            return
+        kvs = resp.responses[0].response_range.kvs
+        there: dict[str, Any] = orjson.loads(kvs[0].value) if kvs else {}
+        if there.get("host") != self.host:
+            raise StoreElsewhereError(
+                f"shard {shard.id}: its {there.get('store', kind)} is at {there.get('path')} on"
+                f" host {there.get('host')}; this member runs on {self.host} and cannot reach"
+                " it. Serve it from members of that host (or sharing its filesystem, with the"
+                " same host name), or keep its state in a store every host reaches, such as"
+                " PostgresStore", shard=shard.id, store=kind)
+
+    def _leave(self) -> None:
+        """Stop every shard, wait for them, give up the claims and the lease."""
+        with self._lock:
+            served = list(self._served.items())
+        for shard, v in served:
+            if v.stopping is None:
+                self._stop_shard(shard, v, "the member is stopping")
+        for _, v in served:
+            v.loop.join()
+        try:
+            self._reap()
+            if self._lease is not None:
+                self._etcd.revoke(self._lease)
+            for old in self._old_leases:
+                self._etcd.revoke(old)
+            log.info("member %s left %s", self.id, self.prefix)
+        except EtcdError as exc:
+            log.warning("member %s: leaving the group: %s (its lease expires by itself)",
+                        self.id, exc)
+        finally:
+            with self._lock:
+                self._served.clear()
+            self._lease = None
+

@@ -1,0 +1,225 @@
+"""``exactly shards apply|list|delete`` (a consumer group's shards, kept in
+etcd) and ``exactly serve`` (a member process that serves them).
+
+etcd is named by ``--etcd URL`` (default ``$ETCD_ADDRESS``), the group by
+``--etcd-prefix`` (default ``$EXACTLY_ETCD_PREFIX``, else
+``consumer.DEFAULT_ETCD_PREFIX``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from exactly._common import UsageError, counted, open_store
+
+
+def _etcd_options() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--etcd", metavar="URL", default=os.environ.get("ETCD_ADDRESS"),
+                   help="etcd, where the group's shards and claims are kept, e.g."
+                        " http://127.0.0.1:2379 (default: $ETCD_ADDRESS)")
+    p.add_argument("--etcd-prefix", metavar="PREFIX", default=None,
+                   help="the group's etcd prefix: one per application (default:"
+                        " $EXACTLY_ETCD_PREFIX, else /exactly/consumer)")
+    return p
+
+
+def add_member_commands(shards_sub: Any, sub: Any,
+                        common: Sequence[argparse.ArgumentParser]) -> None:
+    """``apply``, ``list`` and ``delete`` under ``exactly shards``; ``exactly serve``."""
+    etcd = _etcd_options()
+    ap = shards_sub.add_parser("apply", help="create, update or delete shards in etcd from a"
+                                             " YAML or JSON file", parents=[etcd])
+    ap.add_argument("file", help="the shard specs ('-': standard input); see docs/consumer.md")
+    ap.add_argument("--dry-run", action="store_true", help="check the file, change nothing")
+    ap.set_defaults(func=cmd_shards_apply)
+    ls = shards_sub.add_parser("list", help="the shards in etcd, who serves each, and the"
+                                            " members", parents=[etcd])
+    ls.add_argument("--json", action="store_true", help="one JSON document")
+    ls.set_defaults(func=cmd_shards_list)
+    rm = shards_sub.add_parser("delete", help="delete shards from etcd (their members stop"
+                                              " serving them)", parents=[etcd])
+    rm.add_argument("shard_ids", nargs="+", metavar="SHARD")
+    rm.set_defaults(func=cmd_shards_delete)
+
+    sv = sub.add_parser("serve", help="serve a consumer application's shards as a member of"
+                                      " its group in etcd, until SIGTERM or Ctrl-C",
+                        parents=[*common, etcd])
+    sv.add_argument("app", metavar="MODULE:APP",
+                    help="the Application: an instance, or a class or function that makes"
+                         " one, named by its module and attribute (my.module:WordCount)")
+    sv.add_argument("--lease-ttl", type=int, default=None, metavar="SECONDS",
+                    help="a dead member's shards move elsewhere within this (default 10)")
+    sv.add_argument("--member-id", default=None,
+                    help="this member's name in the group (default: host, PID, random)")
+    sv.add_argument("--host", default=None,
+                    help="the machine local stores live on; members sharing a filesystem"
+                         " may give one name (default: this host's name)")
+    sv.add_argument("--log-level", default="info",
+                    choices=["debug", "info", "warning", "error"])
+    sv.set_defaults(func=cmd_serve)
+
+
+def _group(args: argparse.Namespace) -> Any:
+    from consumer import DEFAULT_ETCD_PREFIX, EtcdClient, ShardGroup
+
+    if not args.etcd:
+        raise UsageError("name etcd: --etcd URL, or $ETCD_ADDRESS")
+    prefix = args.etcd_prefix or os.environ.get("EXACTLY_ETCD_PREFIX") or DEFAULT_ETCD_PREFIX
+    return ShardGroup(EtcdClient(args.etcd), prefix)
+
+
+def cmd_shards_apply(args: argparse.Namespace) -> int:
+    from consumer import read_spec_file
+
+    if args.file == "-":
+        specs, deletes = read_spec_file("<stdin>", sys.stdin.read())
+    else:
+        specs, deletes = read_spec_file(args.file)
+    if args.dry_run:
+        print(f"{args.file}: {counted(len(specs), 'shard')} to apply,"
+              f" {counted(len(deletes), 'shard')} to delete")
+        return 0
+    group = _group(args)
+    try:
+        result = group.apply(specs, deletes)
+    finally:
+        group.etcd.close()
+    for shard, what in result.items():
+        print(f"{shard}: {what}")
+    return 0
+
+
+def cmd_shards_delete(args: argparse.Namespace) -> int:
+    group = _group(args)
+    try:
+        result = group.delete(args.shard_ids)
+    finally:
+        group.etcd.close()
+    missing = [s for s, what in result.items() if what == "absent"]
+    for shard, what in result.items():
+        print(f"{shard}: {'no such shard' if what == 'absent' else what}")
+    return 1 if missing else 0
+
+
+def cmd_shards_list(args: argparse.Namespace) -> int:
+    group = _group(args)
+    try:
+        view = group.view()
+    finally:
+        group.etcd.close()
+
+    shards = []
+    for shard, spec in sorted(view.specs.items()):
+        claim = view.claims.get(shard)
+        home = view.homes.get(shard)
+        shards.append({
+            "id": shard, "sources": list(spec.sources),
+            "max_txn_duration": spec.max_txn_duration,
+            "min_txn_duration": spec.min_txn_duration,
+            "member": claim.member if claim else None,
+            "claimed_at_revision": claim.revision if claim else None,
+            "store_home": home,
+        })
+    share = group.quotas(view.members, len(view.specs))
+    served = {m: sum(1 for c in view.claims.values() if c.member == m) for m in view.members}
+    members = [{"id": m.id, "host": m.host, "pid": m.pid, "lease": f"{m.lease:x}",
+                "shards": served[m.id], "share": share[m.id]}
+               for m in sorted(view.members.values(), key=lambda m: m.id)]
+    if args.json:
+        doc = {"prefix": group.prefix, "revision": view.revision, "shards": shards,
+               "members": members, "unreadable": view.unreadable}
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    print(f"{group.prefix} at revision {view.revision}: {counted(len(shards), 'shard')},"
+          f" {counted(len(members), 'live member')}")
+    if shards:
+        width = max(len(s["id"]) for s in shards)
+        for s in shards:
+            who = s["member"] or "-- not claimed --"
+            print(f"  {s['id']:<{width}}  {who:<28}  {', '.join(s['sources'])}")
+    for m in members:
+        print(f"  member {m['id']} on {m['host']} (pid {m['pid']}): {m['shards']} shards,"
+              f" share {m['share']}")
+    for line in view.unreadable:
+        print(f"  unreadable: {line}")
+    return 0
+
+
+def load_app(name: str) -> Any:
+    """The Application ``MODULE:ATTR`` names: an instance, or what makes one."""
+    from consumer import Application
+
+    module_name, sep, attr = name.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"{name!r}: name the application as MODULE:APP")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as `python -m` would find the module
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"{name}: cannot import {module_name}: {exc}") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise UsageError(f"{name}: {module_name} has no {attr}") from None
+    if not isinstance(obj, Application):
+        if not callable(obj):
+            raise UsageError(f"{name} is not an Application, nor makes one")
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise UsageError(f"{name}() failed: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(obj, Application):
+        raise UsageError(f"{name} made a {type(obj).__name__}, not a consumer.Application")
+    return obj
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from consumer import DEFAULT_LEASE_TTL, Member
+
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    app = load_app(args.app)
+    group = _group(args)
+    stop = threading.Event()
+    asked: list[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        asked.append(signum)  # only a flag: the main thread does the work
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with open_store(args, must_exist=False, service=True) as client:
+            member = Member(client, app, group.etcd, prefix=group.prefix,
+                            lease_ttl=args.lease_ttl or DEFAULT_LEASE_TTL,
+                            member_id=args.member_id, host=args.host)
+            logging.getLogger("consumer.member").info(
+                "serving %s as member %s of %s at %s", args.app, member.id, group.prefix,
+                args.etcd)
+            member.start()
+            try:
+                while not asked:
+                    stop.wait(0.2)
+            finally:
+                logging.getLogger("consumer.member").info(
+                    "stopping (%s): each shard commits its open transaction",
+                    signal.Signals(asked[0]).name if asked else "an error")
+                member.stop()
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        group.etcd.close()
+    return 0

@@ -1,0 +1,470 @@
+"""Shards served across processes through etcd (``consumer.Member``,
+``exactly serve``): member processes SIGKILLed and started again under a
+chained pipeline, a member paused past its lease, members joining and
+leaving, etcd itself restarted, a store that cannot follow its shard. After
+each, the output is exactly-once and no two members committed one shard in
+overlapping terms."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import secrets
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from consumer import (
+    EtcdClient,
+    Member,
+    Shard,
+    ShardGroup,
+    ShardSpec,
+    SQLiteStore,
+    StoreElsewhereError,
+)
+from journal import JournalClient, LocalJournalStore
+from tests.consumer_support import (
+    NDJSON,
+    CountingApp,
+    CountingState,
+    committed_by_key,
+    expected_output,
+    expected_state,
+    make_input,
+    output_by_key,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+TTL = 3  # the members' lease TTL in these tests (seconds)
+
+pytestmark = pytest.mark.slow
+
+
+# -- a chained pipeline of 2 x N shards --------------------------------------------
+
+
+class Pipeline:
+    """``n`` source partitions → ``n`` shards ``first-i`` → ``n`` mid
+    partitions → ``n`` shards ``second-i`` → ``n`` output partitions, each
+    shard's store a SQLite file under ``work``."""
+
+    def __init__(self, prefix: str, n: int, work: Path) -> None:
+        self.sources = [f"{prefix}in/part-{i}" for i in range(n)]
+        self.mids = [f"{prefix}mid/part-{i}" for i in range(n)]
+        self.outputs = [f"{prefix}out/part-{i}" for i in range(n)]
+        self.work = work
+        self.store = f"sqlite:{work}/{{shard}}.db"
+        self.specs = [ShardSpec(f"first-{i}", [self.sources[i]], max_txn_duration=0.1)
+                      for i in range(n)]
+        self.specs += [ShardSpec(f"second-{i}", [self.mids[i]], max_txn_duration=0.1)
+                       for i in range(n)]
+        self.routes = {**{f"first-{i}": self.mids for i in range(n)},
+                       **{f"second-{i}": self.outputs for i in range(n)}}
+
+    def create(self, client: JournalClient) -> None:
+        for name in self.sources + self.mids + self.outputs:
+            client.create(name, NDJSON)
+
+    def env(self, slow: float = 0.0) -> dict[str, str]:
+        config = {"store": self.store, "outputs": self.routes, "slow": slow}
+        return {**os.environ, "PYTHONPATH": str(ROOT),
+                "EXACTLY_TEST_MEMBER": json.dumps(config)}
+
+    def app(self) -> CountingApp:
+        return CountingApp(self.store, self.routes)
+
+    def db(self, shard: str) -> Path:
+        return self.work / f"{shard}.db"
+
+    def done(self, client: JournalClient) -> bool:
+        want = committed_by_key(client, self.sources)
+        return bool(want) and output_by_key(client, self.outputs) == expected_output(want)
+
+    def check(self, client: JournalClient) -> None:
+        """Exactly-once at both stages, and one term at a time per shard."""
+        want = committed_by_key(client, self.sources)
+        assert want, "no input"
+        assert output_by_key(client, self.mids) == expected_output(want)
+        assert output_by_key(client, self.outputs) == expected_output(want)
+        counts: dict[str, int] = {}
+        total = 0
+        for spec in self.specs:
+            if not spec.id.startswith("second-"):
+                continue
+            store = SQLiteStore(self.db(spec.id))
+            try:
+                state = CountingState(store)
+                store.restore_checkpoint(Shard(spec, client))
+                c, t = state.snapshot()
+            finally:
+                store.close()
+            for k, v in c.items():
+                assert k not in counts, f"key {k} counted by two shards"
+                counts[k] = v
+            total += t
+        assert (counts, total) == expected_state(want)
+        for spec in self.specs:
+            check_terms(self.db(spec.id))
+
+
+def check_terms(db: Path) -> list[str]:
+    """The terms that committed a shard, in commit order: each a single run
+    (a term that committed after another term began never commits again)."""
+    with sqlite3.connect(db) as conn:
+        try:
+            terms = [t for (t,) in conn.execute("SELECT term FROM terms ORDER BY seq")]
+        except sqlite3.OperationalError:
+            return []  # the app never committed here
+    runs: list[str] = []
+    for term in terms:
+        if not runs or runs[-1] != term:
+            assert term not in runs, f"{db.name}: term {term} committed again after {runs[-1]}"
+            runs.append(term)
+    return runs
+
+
+def wait_for(what: str, cond: Callable[[], bool], timeout: float, every: float = 0.2) -> float:
+    """Wait until ``cond()``; return the seconds it took."""
+    began = time.monotonic()
+    while not cond():
+        if time.monotonic() - began > timeout:
+            raise AssertionError(f"not {what} within {timeout} s")
+        time.sleep(every)
+    return time.monotonic() - began
+
+
+class Members:
+    """``exactly serve`` processes of one group, each logging to a file."""
+
+    def __init__(self, pipeline: Pipeline, etcd: str, prefix: str, broker: str,
+                 slow: float = 0.0) -> None:
+        self.pipeline, self.etcd, self.prefix, self.broker = pipeline, etcd, prefix, broker
+        self.slow = slow
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs: dict[str, Path] = {}
+        self._n = 0
+
+    def start(self) -> str:
+        self._n += 1
+        name = f"m{self._n}"
+        log = self.pipeline.work / f"{name}.log"
+        with open(log, "wb") as out:
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, "-m", "exactly", "serve", "tests.member_app:MemberApp",
+                 "--etcd", self.etcd, "--etcd-prefix", self.prefix, "--broker", self.broker,
+                 "--lease-ttl", str(TTL), "--member-id", name],
+                cwd=ROOT, env=self.pipeline.env(self.slow), stdout=out, stderr=subprocess.STDOUT)
+        self.logs[name] = log
+        return name
+
+    def log(self, name: str) -> str:
+        return self.logs[name].read_text(errors="replace")
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs.pop(name) if sig == signal.SIGKILL else self.procs[name]
+        proc.send_signal(sig)
+        if sig == signal.SIGKILL:
+            proc.wait(30)
+
+    def stop_all(self, timeout: float = 60) -> dict[str, int]:
+        """SIGTERM each once it has joined the group, and wait: their exit
+        statuses."""
+        for name in self.procs:
+            wait_for(f"{name} joined", lambda n=name: " joined " in self.log(n), timeout=30)
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        codes = {}
+        for name, proc in self.procs.items():
+            try:
+                codes[name] = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                codes[name] = -9
+        self.procs.clear()
+        return codes
+
+    def close(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                with_cont = [signal.SIGCONT, signal.SIGKILL]
+                for sig in with_cont:
+                    proc.send_signal(sig)
+                proc.wait()
+        self.procs.clear()
+
+
+@pytest.fixture
+def etcd_prefix() -> str:
+    return f"/t/{secrets.token_hex(4)}"
+
+
+@pytest.fixture
+def group(gazette_cluster: Any, etcd_prefix: str) -> Iterator[ShardGroup]:
+    etcd = EtcdClient(gazette_cluster.etcd_address)
+    yield ShardGroup(etcd, etcd_prefix)
+    etcd.delete(etcd_prefix + "/", prefix=True)
+    etcd.close()
+
+
+def feed(client: JournalClient, sources: list[str], rounds: int, each: int,
+         stop: threading.Event) -> threading.Thread:
+    """Publish ``rounds`` messy batches of input in the background."""
+    def run() -> None:
+        for r in range(rounds):
+            if stop.is_set():
+                return
+            make_input(client, sources, each, seed=100 + r)
+            time.sleep(0.5)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+# -- the tests -----------------------------------------------------------------------
+
+
+def test_three_members_sigkilled_in_turn_keep_twelve_shards_exactly_once(
+        gazette_cluster: Any, gazette_prefix: str, group: ShardGroup, tmp_path: Path) -> None:
+    """Three `exactly serve` processes serve a chain of twelve shards on a
+    Gazette cluster; every few seconds one is SIGKILLed and a new one
+    started, while input keeps arriving. At the end both stages' output is
+    exactly-once, the state counts every message once, and each shard was
+    committed by one term at a time."""
+    from journal import GazetteClient
+
+    pipe = Pipeline(gazette_prefix, 6, tmp_path)
+    rng = random.Random(25)
+    with GazetteClient(gazette_cluster.address) as client:
+        pipe.create(client)
+        group.apply(pipe.specs)
+        members = Members(pipe, gazette_cluster.etcd_address, group.prefix,
+                          gazette_cluster.address)
+        stop = threading.Event()
+        try:
+            for _ in range(3):
+                members.start()
+            feeder = feed(client, pipe.sources, rounds=8, each=150, stop=stop)
+            for _ in range(5):
+                time.sleep(rng.uniform(2.0, 4.0))
+                members.kill(rng.choice(sorted(members.procs)))
+                members.start()
+            feeder.join(120)
+            client.flush()
+            wait_for("exactly-once output", lambda: pipe.done(client), timeout=120, every=1.0)
+            codes = members.stop_all()
+            assert set(codes.values()) == {0}, codes
+        finally:
+            stop.set()
+            members.close()
+        pipe.check(client)
+        moved = [s.id for s in pipe.specs if len(check_terms(pipe.db(s.id))) > 1]
+        assert moved, "no shard ever moved between members"
+        # Given up on SIGTERM, or gone with the lease of a member killed last.
+        wait_for("no claims left", lambda: not group.view().claims, timeout=2 * TTL + 2)
+
+
+def test_a_member_paused_past_its_lease_is_fenced_and_rejoins(
+        gazette_cluster: Any, gazette_prefix: str, group: ShardGroup, tmp_path: Path) -> None:
+    """A member SIGSTOPped in the middle of its transactions for two lease
+    TTLs: the other member serves its shards meanwhile (restoring their
+    stores fences it off). Resumed, the paused member finds its lease gone,
+    stops every shard without committing, and joins again. Nothing is
+    committed twice."""
+    from journal import GazetteClient
+
+    pipe = Pipeline(gazette_prefix, 2, tmp_path)
+    with GazetteClient(gazette_cluster.address) as client:
+        pipe.create(client)
+        group.apply(pipe.specs)
+        # Slow messages, which arrive faster than they are consumed: a
+        # transaction is open whenever the member is paused.
+        members = Members(pipe, gazette_cluster.etcd_address, group.prefix,
+                          gazette_cluster.address, slow=0.01)
+        stop = threading.Event()
+        try:
+            a = members.start()
+            wait_for("a serving", lambda: len(group.view().claims) == 4, timeout=30)
+            b = members.start()
+            wait_for("b holding its share", lambda: sum(
+                c.member == b for c in group.view().claims.values()) == 2, timeout=30)
+            feeder = feed(client, pipe.sources, rounds=6, each=200, stop=stop)
+            time.sleep(1.0)
+            members.kill(a, signal.SIGSTOP)
+            wait_for("b serving all", lambda: all(
+                c.member == b for c in group.view().claims.values())
+                and len(group.view().claims) == 4, timeout=4 * TTL)
+            time.sleep(TTL)
+            members.kill(a, signal.SIGCONT)
+            wait_for("a back in the group", lambda: any(
+                c.member == a for c in group.view().claims.values()), timeout=30)
+            feeder.join(120)
+            client.flush()
+            wait_for("exactly-once output", lambda: pipe.done(client), timeout=120, every=1.0)
+            codes = members.stop_all()
+            assert codes == {a: 0, b: 0}
+        finally:
+            stop.set()
+            members.close()
+        assert "lost its lease (its lease expired)" in members.log(a)
+        assert "stopped: fenced off" in members.log(a)
+        pipe.check(client)
+
+
+def test_a_joining_member_takes_its_share_and_a_leaving_one_hands_over(
+        gazette_cluster: Any, group: ShardGroup, tmp_path: Path) -> None:
+    """Twelve shards on one member; two more join and each is serving four
+    within a bounded time; one leaves and the other two serve six each.
+    Shards stop cleanly on each move: the output stays exactly-once."""
+    pipe = Pipeline("", 6, tmp_path)
+    with LocalJournalStore(tmp_path / "journals") as client:
+        pipe.create(client)
+        make_input(client, pipe.sources, 600, seed=3)
+        client.flush()
+        group.apply(pipe.specs)
+        etcd = gazette_cluster.etcd_address
+        first = Member(client, pipe.app(), etcd, prefix=group.prefix, lease_ttl=TTL,
+                       member_id="first")
+        with first:
+            wait_for("first serving 12", lambda: len(first.serving) == 12, timeout=30)
+            with Member(client, pipe.app(), etcd, prefix=group.prefix, lease_ttl=TTL,
+                        member_id="second") as second, \
+                    Member(client, pipe.app(), etcd, prefix=group.prefix, lease_ttl=TTL,
+                           member_id="third") as third:
+                took = wait_for("an even share", lambda: sorted(
+                    len(m.serving) for m in (first, second, third)) == [4, 4, 4], timeout=30)
+                assert took < 30
+                first.stop()
+                wait_for("two members serving 6 each", lambda: sorted(
+                    len(m.serving) for m in (second, third)) == [6, 6], timeout=30)
+                assert set(second.serving) | set(third.serving) == {s.id for s in pipe.specs}
+                client.flush()
+                wait_for("exactly-once output", lambda: pipe.done(client), timeout=60)
+            for m in (first, second, third):
+                assert not m.errors, m.errors
+        pipe.check(client)
+        assert not group.view().members
+
+
+def test_members_ride_out_an_etcd_restart(gazette_binaries: Any, tmp_path: Path) -> None:
+    """etcd SIGKILLed and started again, twice, under two member processes
+    serving a chain on a cluster of its own: once for less than a lease TTL
+    (the members keep their shards), once for longer (they stop them, join
+    again and claim them anew). The output stays exactly-once."""
+    from exactly.localcluster import GazetteCluster
+    from journal import GazetteClient
+
+    with GazetteCluster(tmp_path / "cluster", brokers=1, binaries=gazette_binaries,
+                        etcd_lease=20) as cluster:
+        work = tmp_path / "work"
+        work.mkdir()
+        pipe = Pipeline("", 2, work)
+        etcd = EtcdClient(cluster.etcd_address)
+        group = ShardGroup(etcd, "/restart")
+        with GazetteClient(cluster.address, retry_timeout=120, replication=1) as client:
+            pipe.create(client)
+            group.apply(pipe.specs)
+            members = Members(pipe, cluster.etcd_address, group.prefix, cluster.address)
+            stop = threading.Event()
+            try:
+                a, b = members.start(), members.start()
+                wait_for("shards shared", lambda: sorted(
+                    c.member for c in group.view().claims.values()) == [a, a, b, b],
+                    timeout=30)
+                feeder = feed(client, pipe.sources, rounds=8, each=150, stop=stop)
+                claims = {s: c.revision for s, c in group.view().claims.items()}
+                cluster.restart_etcd(down=0.5)
+                time.sleep(2)
+                kept = {s: c.revision for s, c in group.view().claims.items()}
+                assert kept == claims, "a short restart moved shards"
+                cluster.restart_etcd(down=TTL + 2)
+
+                def anew() -> bool:
+                    now = {s: c.revision for s, c in group.view().claims.items()}
+                    return len(now) == 4 and all(now[s] != claims[s] for s in now)
+
+                wait_for("every shard claimed anew", anew, timeout=30)
+                feeder.join(120)
+                client.flush()
+                wait_for("exactly-once output", lambda: pipe.done(client), timeout=120,
+                         every=1.0)
+                codes = members.stop_all()
+                assert codes == {a: 0, b: 0}
+            finally:
+                stop.set()
+                members.close()
+                etcd.close()
+            assert "lost its lease" in members.log(a) + members.log(b)
+            pipe.check(client)
+
+
+def test_a_store_on_another_hosts_disk_is_refused(
+        gazette_cluster: Any, group: ShardGroup, tmp_path: Path) -> None:
+    """A shard whose SQLite store was opened on host "a" is never claimed by
+    a member on host "b" (which says why in ``unservable`` and its log), and
+    left unclaimed until a member of host "a" serves it."""
+    pipe = Pipeline("", 1, tmp_path)
+    spec = pipe.specs[0]
+    with LocalJournalStore(tmp_path / "journals") as client:
+        pipe.create(client)
+        make_input(client, pipe.sources, 50, seed=1, messy=False)
+        client.flush()
+        group.apply([spec])
+        etcd = gazette_cluster.etcd_address
+        with Member(client, pipe.app(), etcd, prefix=group.prefix, lease_ttl=TTL,
+                    host="a") as on_a:
+            wait_for("a serving", lambda: on_a.serving == (spec.id,), timeout=30)
+        assert group.view().homes[spec.id]["host"] == "a"
+        with Member(client, pipe.app(), etcd, prefix=group.prefix, lease_ttl=TTL,
+                    host="b") as on_b:
+            wait_for("b refusing", lambda: spec.id in on_b.unservable, timeout=30)
+            assert "host a" in on_b.unservable[spec.id]
+            time.sleep(2 * TTL)  # it never claims the shard
+            assert on_b.serving == () and not group.view().claims
+            assert ("claimed", spec.id) not in [h[:2] for h in on_b.history]
+            # A store opened in the moment between its claim and the check
+            # is refused too, before its checkpoint is restored.
+            with pytest.raises(StoreElsewhereError, match="PostgresStore"):
+                store = pipe.app().new_store(Shard(spec, client))
+                try:
+                    on_b.check_home(Shard(spec, client), store)
+                finally:
+                    store.close()
+            with Member(client, pipe.app(), etcd, prefix=group.prefix, lease_ttl=TTL,
+                        host="a") as again:
+                wait_for("a serving again", lambda: again.serving == (spec.id,), timeout=30)
+
+
+def test_a_changed_or_deleted_spec_is_followed(
+        gazette_cluster: Any, group: ShardGroup, tmp_path: Path) -> None:
+    """A spec applied again with other values restarts its shard with them;
+    a deleted one stops being served, and its claim is given up."""
+    pipe = Pipeline("", 2, tmp_path)
+    with LocalJournalStore(tmp_path / "journals") as client:
+        pipe.create(client)
+        group.apply(pipe.specs[:1])
+        with Member(client, pipe.app(), gazette_cluster.etcd_address, prefix=group.prefix,
+                    lease_ttl=TTL) as member:
+            wait_for("serving", lambda: member.serving == ("first-0",), timeout=30)
+            first = group.view().claims["first-0"].revision
+            changed = ShardSpec("first-0", pipe.specs[0].sources, max_txn_duration=0.5)
+            assert group.apply([changed]) == {"first-0": "updated"}
+            wait_for("claimed anew", lambda: "first-0" in group.view().claims
+                     and group.view().claims["first-0"].revision != first, timeout=30)
+            assert [h for h in member.history if h[1] == "first-0"][:2] == [
+                ("claimed", "first-0", first), ("released", "first-0", first)]
+            assert group.delete(["first-0"]) == {"first-0": "deleted"}
+            wait_for("stopped", lambda: member.serving == () and not group.view().claims,
+                     timeout=30)
+            assert not member.errors

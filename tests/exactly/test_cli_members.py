@@ -1,0 +1,193 @@
+"""``exactly shards apply|list|delete`` against a real etcd, and ``exactly
+serve`` as a user runs it (docs/consumer.md, "Members on several hosts");
+files of shard specs as ``consumer.read_spec_file`` reads them."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from consumer import ShardGroup, ShardSpec, SpecFileError, read_spec_file
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str, input: str | None = None, env: dict[str, str] | None = None,
+        timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "exactly", *args], input=input,
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          env={**os.environ, **(env or {})})
+
+
+# -- spec files ---------------------------------------------------------------------
+
+
+def test_a_spec_file_with_common_values_durations_and_deletes(tmp_path: Path) -> None:
+    path = tmp_path / "shards.yaml"
+    path.write_text(
+        "common:\n  max_txn_duration: 1m30s\n"
+        "shards:\n"
+        "  - id: a\n    sources: [words-1]\n"
+        "  - id: b\n    sources: [words-2, words-3]\n    max_txn_duration: 250ms\n"
+        "    min_txn_duration: .1\n"
+        "  - id: gone\n    delete: true\n")
+    specs, deletes = read_spec_file(path)
+    assert specs == [ShardSpec("a", ["words-1"], max_txn_duration=90.0),
+                     ShardSpec("b", ["words-2", "words-3"], 0.25, 0.1)]
+    assert deletes == ["gone"]
+    # JSON is YAML too, and a bare list is a list of shards.
+    specs, _ = read_spec_file("x.json", json.dumps([{"id": "c", "sources": ["j-01"]}]))
+    assert specs == [ShardSpec("c", ["j-01"])]
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("shards: [{id: a, sources: [words]}, {id: a, sources: [words]}]", "given twice"),
+    ("shards: [{id: a}]", "needs an id and its sources"),
+    ("shards: [{id: a, sources: words}]", "list of journal names"),
+    ("shards: [{id: a, sources: [words], max_txn_duration: soon}]", "not a number of seconds"),
+    ("shards: [{id: a, sources: [words], colour: red}]", "unknown field 'colour'"),
+    ("shards: [{id: 'a b', sources: [words]}]", "shard id"),
+    ("shards: {a: 1}", "list of 'shards'"),
+    ("shard: []", "list of 'shards'"),
+    ("shards: []\nextra: 1", "unknown field 'extra'"),
+    ("shards: [1]", "expected a mapping"),
+    ("shards: [{delete: true}]", "delete needs the shard's id"),
+    ("{ not yaml", "not YAML or JSON"),
+])
+def test_a_bad_spec_file_says_where_and_why(text: str, says: str) -> None:
+    with pytest.raises(SpecFileError, match=r"specs\.yaml") as err:
+        read_spec_file("specs.yaml", text)
+    assert says in str(err.value)
+
+
+def test_quotas_share_evenly_the_first_members_take_the_rest() -> None:
+    assert ShardGroup.quotas(["b", "a", "c"], 12) == {"a": 4, "b": 4, "c": 4}
+    assert ShardGroup.quotas(["b", "a", "c"], 7) == {"a": 3, "b": 2, "c": 2}
+    assert ShardGroup.quotas(["a"], 0) == {"a": 0}
+    assert ShardGroup.quotas([], 5) == {}
+    assert sum(ShardGroup.quotas([f"m{i}" for i in range(5)], 23).values()) == 23
+
+
+# -- the commands, against etcd ---------------------------------------------------
+
+
+@pytest.fixture
+def etcd(gazette_cluster: Any) -> dict[str, str]:
+    """The environment naming the cluster's etcd and a prefix of this test."""
+    return {"ETCD_ADDRESS": gazette_cluster.etcd_address,
+            "EXACTLY_ETCD_PREFIX": f"/t/{secrets.token_hex(4)}"}
+
+
+def test_apply_list_delete(etcd: dict[str, str], tmp_path: Path) -> None:
+    specs = tmp_path / "shards.yaml"
+    specs.write_text("shards:\n  - {id: count-1, sources: [words-1]}\n"
+                     "  - {id: count-2, sources: [words-2]}\n")
+    r = run("shards", "apply", str(specs), env=etcd)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["count-1: created", "count-2: created"]
+    assert run("shards", "apply", str(specs), env=etcd).stdout.splitlines() == [
+        "count-1: unchanged", "count-2: unchanged"]
+    r = run("shards", "apply", "-", env=etcd,
+            input="shards: [{id: count-2, sources: [words-2, words-3]}, {id: count-1,"
+                  " delete: true}]")
+    assert r.stdout.splitlines() == ["count-2: updated", "count-1: deleted"], r.stderr
+    listed = run("shards", "list", env=etcd)
+    assert "1 shard, 0 live members" in listed.stdout
+    assert "count-2  -- not claimed --" in listed.stdout and "words-2, words-3" in listed.stdout
+    doc = json.loads(run("shards", "list", "--json", env=etcd).stdout)
+    assert [(s["id"], s["sources"], s["member"]) for s in doc["shards"]] == [
+        ("count-2", ["words-2", "words-3"], None)]
+    r = run("shards", "delete", "count-2", "nothing", env=etcd)
+    assert r.returncode == 1
+    assert r.stdout.splitlines() == ["count-2: deleted", "nothing: no such shard"]
+    assert json.loads(run("shards", "list", "--json", env=etcd).stdout)["shards"] == []
+    assert "shard 1 (x)" in run("shards", "apply", "-", input="shards: [{id: x}]",
+                                env=etcd).stderr
+    assert run("shards", "apply", "--dry-run", str(specs)).stdout.startswith(
+        f"{specs}: 2 shards to apply")
+
+
+def test_errors_are_one_line(tmp_path: Path) -> None:
+    no_etcd = {"ETCD_ADDRESS": ""}
+    for args, says in [
+        (("shards", "list"), "name etcd: --etcd URL"),
+        (("shards", "list", "--etcd", "http://127.0.0.1:9"), "not reachable"),
+        (("shards", "list", "--etcd", "127.0.0.1:2379"), "http://HOST:PORT"),
+        (("shards", "list", "--etcd", "http://127.0.0.1:9", "--etcd-prefix", "rel"),
+         "give a path"),
+        (("shards", "apply", str(tmp_path / "none.yaml")), "No such file"),
+        (("serve", "no.such.module:App", "--etcd", "http://127.0.0.1:9"), "cannot import"),
+        (("serve", "json:dumps", "--etcd", "http://127.0.0.1:9"), "json:dumps() failed"),
+        (("serve", "json:__name__", "--etcd", "http://127.0.0.1:9"),
+         "nor makes one"),
+        (("serve", "json:JSONEncoder", "--etcd", "http://127.0.0.1:9"),
+         "not a consumer.Application"),
+        (("serve", "json", "--etcd", "http://127.0.0.1:9"), "MODULE:APP"),
+    ]:
+        began = time.monotonic()
+        r = run(*args, env=no_etcd)
+        assert r.returncode == 1, (args, r.stdout, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("exactly: error:"), (args, r.stderr)
+        assert says in lines[0], (args, lines[0])
+        assert time.monotonic() - began < 30
+
+
+def test_serve_claims_serves_and_gives_all_up_on_sigterm(
+        etcd: dict[str, str], tmp_path: Path) -> None:
+    """`exactly serve` on the embedded store: it joins, claims both shards,
+    processes the input exactly once, logs what it claims, and on SIGTERM
+    commits, gives up its claims and leaves the group, exiting 0."""
+    root = tmp_path / "journals"
+    words = [("in-1", "a"), ("in-2", "b"), ("in-1", "c")]
+    r = run("--root", str(root), "journals", "create", "in-1", "in-2", "out-1")
+    assert r.returncode == 0, r.stderr
+    for journal, word in words:
+        r = run("--root", str(root), "append", journal, input=json.dumps({"k": word, "n": 1}))
+        assert r.returncode == 0, r.stderr
+    run("shards", "apply", "-", env=etcd, input=(
+        "shards: [{id: s1, sources: [in-1]}, {id: s2, sources: [in-2]}]"))
+    config = {"store": f"sqlite:{tmp_path}/{{shard}}.db",
+              "outputs": {"s1": ["out-1"], "s2": ["out-1"]}}
+    env = {**os.environ, **etcd, "PYTHONPATH": str(ROOT),
+           "EXACTLY_TEST_MEMBER": json.dumps(config)}
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exactly", "--root", str(root), "serve",
+             "tests.member_app:MemberApp", "--member-id", "solo", "--lease-ttl", "3"],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while log.read_text().count("committing") < 2:
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        doc = json.loads(run("shards", "list", "--json", env=etcd).stdout)
+        assert [(s["id"], s["member"]) for s in doc["shards"]] == [("s1", "solo"),
+                                                                    ("s2", "solo")]
+        assert [(m["id"], m["shards"], m["share"]) for m in doc["members"]] == [("solo", 2, 2)]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert "claimed shard s1" in text and "claimed shard s2" in text
+    assert "stopping (SIGTERM)" in text and "left" in text
+    doc = json.loads(run("shards", "list", "--json", env=etcd).stdout)
+    assert doc["members"] == [] and all(s["member"] is None for s in doc["shards"])
+    out = run("--root", str(root), "read", "out-1", "--committed")
+    got = sorted(json.loads(line)["message"]["k"] for line in out.stdout.splitlines()
+                 if "k" in json.loads(line)["message"])
+    assert got == ["a", "b", "c"]
