@@ -12,7 +12,7 @@ MINUTES ?= 10
 
 # Re-installing also rebuilds the native core (message/_native.c, journal/_native.c),
 # optional C extensions.
-$(STAMP): pyproject.toml setup.py message/_native.c $(wildcard message/_native_src/*.h) journal/_native.c
+$(STAMP): pyproject.toml setup.py message/_native.c $(wildcard message/_native_src/*.c) journal/_native.c
 	@echo "Setting up $(VENV): installing PySpark, pyarrow and the other dependencies."
 	@echo "The first time, this downloads about 400 MB: a minute or more. Progress below."
 	$(PY) -m venv $(VENV)

@@ -41,7 +41,7 @@ import mmh3
 import orjson
 
 from ._errors import EtcdError, FencedError, StoreError
-from ._etcd import EtcdClient
+from ._etcd import EtcdClient, Watch
 from ._group import DEFAULT_ETCD_PREFIX, GroupView, ShardGroup, quotas
 from ._interfaces import Application
 from ._json_store import JSONFileStore
@@ -184,6 +184,10 @@ class Member:
         self._wake = threading.Event()
         self._stop = False
         self._thread: threading.Thread | None = None
+        # Wakes the member's thread as soon as a key of the group changes
+        # (a claim gone with its lease, a member joining): no wait for a poll.
+        self._watcher: threading.Thread | None = None
+        self._watching: Watch | None = None
         self._lease: int | None = None
         self._lease_deadline = 0.0
         self._next_renewal = 0.0
@@ -227,7 +231,10 @@ class Member:
         self._stop = False
         self._thread = threading.Thread(target=self._main, name=f"exactly member {self.id}",
                                         daemon=True)
+        self._watcher = threading.Thread(target=self._watch, daemon=True,
+                                         name=f"exactly member {self.id} watch")
         self._thread.start()
+        self._watcher.start()
 
     def stop(self, timeout: float | None = None) -> None:
         """Stop every shard (each commits its open transaction, or abandons
@@ -237,7 +244,12 @@ class Member:
             return
         self._stop = True
         self._wake.set()
+        watch = self._watching
+        if watch is not None:
+            watch.cancel()
         thread.join(timeout)
+        if self._watcher is not None:
+            self._watcher.join(timeout)
         if thread.is_alive():
             raise TimeoutError(f"member {self.id} did not stop within {timeout} s")
         self._thread = None
@@ -252,7 +264,22 @@ class Member:
                  tb: TracebackType | None) -> None:
         self.stop()
 
-    # -- the member's thread -------------------------------------------------------
+    # -- the member's threads ------------------------------------------------------
+
+    def _watch(self) -> None:
+        while not self._stop:
+            try:
+                watch = self._watching = self._etcd.watch(self.prefix + "/")
+                if self._stop:
+                    watch.cancel()
+                for _ in watch:
+                    self._wake.set()
+            except EtcdError:
+                pass  # the member's thread says what fails; watch again after a poll
+            except Exception:
+                log.exception("member %s: watching etcd failed", self.id)
+            if not self._stop:
+                time.sleep(self._poll)
 
     def _main(self) -> None:
         try:

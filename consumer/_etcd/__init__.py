@@ -9,6 +9,7 @@ and free of its own pinned protobuf.
 
 from .client import EtcdClient as EtcdClient
 from .client import KeyValue as KeyValue
+from .client import Watch as Watch
 from .client import prefix_end as prefix_end
 
-__all__ = ["EtcdClient", "KeyValue", "prefix_end"]
+__all__ = ["EtcdClient", "KeyValue", "Watch", "prefix_end"]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import queue
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -106,6 +107,10 @@ class EtcdClient(Closing):
         self._revoke = ch.unary_unary("/etcdserverpb.Lease/LeaseRevoke",
                                       request_serializer=pb.LeaseRevokeRequest.SerializeToString,
                                       response_deserializer=pb.LeaseRevokeResponse.FromString)
+        self._watch = ch.stream_stream(
+            "/etcdserverpb.Watch/Watch",
+            request_serializer=pb.WatchRequest.SerializeToString,
+            response_deserializer=pb.WatchResponse.FromString)
         self._keepalive = ch.stream_stream(
             "/etcdserverpb.Lease/LeaseKeepAlive",
             request_serializer=pb.LeaseKeepAliveRequest.SerializeToString,
@@ -194,6 +199,11 @@ class EtcdClient(Closing):
     def delete_op(key: str) -> pb.RequestOp:
         return pb.RequestOp(request_delete_range=pb.DeleteRangeRequest(key=key.encode()))
 
+    def watch(self, prefix: str, *, start_revision: int = 0) -> Watch:
+        """Changes of the keys that begin with ``prefix``, from
+        ``start_revision`` (0: from now): see ``Watch``."""
+        return Watch(self._watch, prefix, start_revision, self._error, self.address)
+
     # -- leases ------------------------------------------------------------------
 
     def grant(self, ttl: int) -> tuple[int, int]:
@@ -230,3 +240,37 @@ class EtcdClient(Closing):
 
     def close(self) -> None:
         self._channel.close()
+
+
+class Watch:
+    """A watch of the keys under a prefix. Iterating it yields the revision
+    of each change as etcd reports it (a batch of events is one revision),
+    until :meth:`cancel`, or until etcd fails, which raises ``EtcdError``."""
+
+    def __init__(self, rpc: Any, prefix: str, start_revision: int,
+                 error: Callable[[grpc.RpcError, str], EtcdError], address: str) -> None:
+        self._error = error
+        self._address = address
+        self._requests: queue.SimpleQueue[pb.WatchRequest | None] = queue.SimpleQueue()
+        self._requests.put(pb.WatchRequest(create_request=pb.WatchCreateRequest(
+            key=prefix.encode(), range_end=prefix_end(prefix), start_revision=start_revision)))
+        self._call = rpc(iter(self._requests.get, None))
+        self._cancelled = False
+
+    def __iter__(self) -> Iterator[int]:
+        try:
+            for resp in self._call:
+                if resp.canceled:
+                    raise EtcdError(f"etcd at {self._address}: the watch was cancelled:"
+                                    f" {resp.cancel_reason or 'compacted'}")
+                if resp.events:
+                    yield int(resp.header.revision)
+        except grpc.RpcError as exc:
+            if self._cancelled:
+                return
+            raise self._error(exc, "watching") from None
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        self._requests.put(None)
+        self._call.cancel()

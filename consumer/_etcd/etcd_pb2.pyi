@@ -229,6 +229,88 @@ class TxnResponse(_message.Message):
     responses: _containers.RepeatedCompositeFieldContainer[ResponseOp]
     def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., succeeded: _Optional[bool] = ..., responses: _Optional[_Iterable[_Union[ResponseOp, _Mapping]]] = ...) -> None: ...
 
+class Event(_message.Message):
+    __slots__ = ("type", "kv", "prev_kv")
+    class EventType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        PUT: _ClassVar[Event.EventType]
+        DELETE: _ClassVar[Event.EventType]
+    PUT: Event.EventType
+    DELETE: Event.EventType
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    KV_FIELD_NUMBER: _ClassVar[int]
+    PREV_KV_FIELD_NUMBER: _ClassVar[int]
+    type: Event.EventType
+    kv: KeyValue
+    prev_kv: KeyValue
+    def __init__(self, type: _Optional[_Union[Event.EventType, str]] = ..., kv: _Optional[_Union[KeyValue, _Mapping]] = ..., prev_kv: _Optional[_Union[KeyValue, _Mapping]] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("create_request", "cancel_request", "progress_request")
+    CREATE_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    create_request: WatchCreateRequest
+    cancel_request: WatchCancelRequest
+    progress_request: WatchProgressRequest
+    def __init__(self, create_request: _Optional[_Union[WatchCreateRequest, _Mapping]] = ..., cancel_request: _Optional[_Union[WatchCancelRequest, _Mapping]] = ..., progress_request: _Optional[_Union[WatchProgressRequest, _Mapping]] = ...) -> None: ...
+
+class WatchCreateRequest(_message.Message):
+    __slots__ = ("key", "range_end", "start_revision", "progress_notify", "filters", "prev_kv", "watch_id", "fragment")
+    class FilterType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        NOPUT: _ClassVar[WatchCreateRequest.FilterType]
+        NODELETE: _ClassVar[WatchCreateRequest.FilterType]
+    NOPUT: WatchCreateRequest.FilterType
+    NODELETE: WatchCreateRequest.FilterType
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    RANGE_END_FIELD_NUMBER: _ClassVar[int]
+    START_REVISION_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_NOTIFY_FIELD_NUMBER: _ClassVar[int]
+    FILTERS_FIELD_NUMBER: _ClassVar[int]
+    PREV_KV_FIELD_NUMBER: _ClassVar[int]
+    WATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    FRAGMENT_FIELD_NUMBER: _ClassVar[int]
+    key: bytes
+    range_end: bytes
+    start_revision: int
+    progress_notify: bool
+    filters: _containers.RepeatedScalarFieldContainer[WatchCreateRequest.FilterType]
+    prev_kv: bool
+    watch_id: int
+    fragment: bool
+    def __init__(self, key: _Optional[bytes] = ..., range_end: _Optional[bytes] = ..., start_revision: _Optional[int] = ..., progress_notify: _Optional[bool] = ..., filters: _Optional[_Iterable[_Union[WatchCreateRequest.FilterType, str]]] = ..., prev_kv: _Optional[bool] = ..., watch_id: _Optional[int] = ..., fragment: _Optional[bool] = ...) -> None: ...
+
+class WatchCancelRequest(_message.Message):
+    __slots__ = ("watch_id",)
+    WATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    watch_id: int
+    def __init__(self, watch_id: _Optional[int] = ...) -> None: ...
+
+class WatchProgressRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WatchResponse(_message.Message):
+    __slots__ = ("header", "watch_id", "created", "canceled", "compact_revision", "cancel_reason", "fragment", "events")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    WATCH_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    CANCELED_FIELD_NUMBER: _ClassVar[int]
+    COMPACT_REVISION_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REASON_FIELD_NUMBER: _ClassVar[int]
+    FRAGMENT_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    header: ResponseHeader
+    watch_id: int
+    created: bool
+    canceled: bool
+    compact_revision: int
+    cancel_reason: str
+    fragment: bool
+    events: _containers.RepeatedCompositeFieldContainer[Event]
+    def __init__(self, header: _Optional[_Union[ResponseHeader, _Mapping]] = ..., watch_id: _Optional[int] = ..., created: _Optional[bool] = ..., canceled: _Optional[bool] = ..., compact_revision: _Optional[int] = ..., cancel_reason: _Optional[str] = ..., fragment: _Optional[bool] = ..., events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ...) -> None: ...
+
 class LeaseGrantRequest(_message.Message):
     __slots__ = ("TTL", "ID")
     TTL_FIELD_NUMBER: _ClassVar[int]

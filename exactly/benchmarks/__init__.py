@@ -17,6 +17,7 @@ BENCHMARKS: tuple[str, ...] = (
     "bench_consumer",
     "bench_broker",
     "bench_secured",
+    "bench_members",
     "bench_spark",
     "bench_spark_broker",
     # Module names under ``benchmarks``, run in this order.

@@ -41,12 +41,14 @@ class Unavailable(Exception):  # noqa: N818 -- a reason, not an error
     """The cluster cannot be had here (no Go to build Gazette, ...)."""
 
 
-def _start(workdir: Path) -> GazetteCluster:
+def start_cluster(workdir: Path, brokers: int = 3) -> GazetteCluster:
+    """A local cluster of ``brokers`` for a benchmark (``Unavailable`` if none can be had)."""
     from exactly.localcluster import ClusterError, GazetteCluster, ensure_binaries
 
     try:
         binaries = ensure_binaries()
-        return GazetteCluster(workdir, brokers=3, binaries=binaries, log_level="warn").start()
+        return GazetteCluster(workdir, brokers=brokers, binaries=binaries,
+                              log_level="warn").start()
     except ClusterError as exc:
         raise Unavailable(str(exc).splitlines()[0]) from None
 
@@ -57,7 +59,7 @@ def run(scale: float) -> list[Result]:
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         try:
-            cluster = _start(base / "cluster")
+            cluster = start_cluster(base / "cluster")
         except Unavailable as exc:
             print(f"  broker rows skipped: {exc}")
             return []

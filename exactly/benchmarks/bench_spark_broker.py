@@ -29,7 +29,7 @@ from typing import Any
 
 from exactly.benchmarks._harness import Result, interleaved
 from exactly.benchmarks._workload import copy_journal
-from exactly.benchmarks.bench_broker import Unavailable, _start
+from exactly.benchmarks.bench_broker import Unavailable, start_cluster
 from exactly.benchmarks.bench_spark import _CONTENT, _populate
 from journal import GazetteClient, LocalJournalStore
 
@@ -42,7 +42,7 @@ def run(scale: float) -> list[Result]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-spark-broker-"))
     try:
         try:
-            cluster = _start(tmp / "cluster")
+            cluster = start_cluster(tmp / "cluster")
         except Unavailable as exc:
             print(f"  Spark broker rows skipped: {exc}")
             return []

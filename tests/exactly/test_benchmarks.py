@@ -15,7 +15,7 @@ from exactly.benchmarks._harness import Result, format_table
 # Benchmarks that start Spark run with the Spark tests; the broker benchmark
 # starts a Gazette cluster, whose binaries the gazette fixtures provide.
 SPARK = {name for name in BENCHMARKS if "spark" in name}
-GAZETTE = {"bench_broker", "bench_secured"}
+GAZETTE = {"bench_broker", "bench_secured", "bench_members"}
 
 
 def _check_runs(name: str) -> None:

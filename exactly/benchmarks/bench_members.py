@@ -1,0 +1,198 @@
+"""Shards moving between member processes (``exactly serve``) through etcd.
+
+A Gazette cluster (one broker, its etcd) is started here on 127.0.0.1. Two
+members serve eight shards, each reading a journal that a feeder keeps
+appending to (so every shard commits a transaction every
+``MAX_TXN`` seconds). Rows:
+
+- failover: one member is SIGKILLed; the time until every shard it served
+  has committed again at the other, beside the lease TTL plus one
+  transaction (the goal: within it);
+- hand-over: the other member gets SIGTERM (its shards commit and are
+  released) while a new member runs; the shards moved per second, from the
+  SIGTERM until the last of them has committed at the new member.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from exactly.benchmarks._harness import Result
+
+if TYPE_CHECKING:
+    from consumer import Shard, Store
+    from exactly.localcluster import GazetteCluster
+    from journal import JournalSpec
+    from message import Envelope, JsonDocument, Publisher
+
+NDJSON = {"content-type": "application/x-ndjson"}
+SHARDS = 8
+TTL = 3  # the members' lease TTL (seconds)
+MAX_TXN = 0.2  # each shard's max_txn_duration (seconds)
+_DIR = "EXACTLY_BENCH_MEMBERS_DIR"
+
+
+def _app_class() -> type[Any]:
+    from consumer import Application, SQLiteStore
+    from message import JsonDocument
+
+    class BenchApp(Application):
+        """Counts each shard's messages in a SQLite store, and prints
+        ``committing SHARD UNIX_TIME`` as each transaction ends."""
+
+        def new_store(self, shard: Shard) -> Store:
+            store = SQLiteStore(Path(os.environ[_DIR]) / f"{shard.id}.db")
+            store.connection.execute(
+                "CREATE TABLE IF NOT EXISTS n (k INTEGER PRIMARY KEY, n INTEGER NOT NULL)")
+            store.connection.commit()
+            self._counts: dict[str, int] = getattr(self, "_counts", {})
+            self._counts.setdefault(shard.id, 0)
+            return store
+
+        def new_message(self, spec: JournalSpec) -> JsonDocument:
+            return JsonDocument()
+
+        def consume_message(self, shard: Shard, store: Store, envelope: Envelope,
+                            publisher: Publisher) -> None:
+            self._counts[shard.id] += 1
+
+        def finalize_txn(self, shard: Shard, store: Store, publisher: Publisher) -> None:
+            assert isinstance(store, SQLiteStore)
+            store.connection.execute(
+                "INSERT INTO n (k, n) VALUES (0, ?) ON CONFLICT (k) DO UPDATE SET n = n.n + ?",
+                (self._counts[shard.id], self._counts[shard.id]))
+            self._counts[shard.id] = 0
+            print(f"committing {shard.id} {time.time():.3f}", flush=True)
+
+    return BenchApp
+
+
+def BenchApp() -> Any:  # noqa: N802 -- `exactly serve` names it as it would a class
+    return _app_class()()
+
+
+def _commits(log: Path) -> list[tuple[str, float]]:
+    out = []
+    for line in log.read_text(errors="replace").splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "committing":
+            out.append((parts[1], float(parts[2])))
+    return out
+
+
+def run(scale: float) -> list[Result]:
+    from exactly.benchmarks.bench_broker import Unavailable, start_cluster
+
+    with tempfile.TemporaryDirectory() as tmp:
+        base = Path(tmp)
+        try:
+            cluster = start_cluster(base / "cluster", brokers=1)
+        except Unavailable as exc:
+            print(f"  member rows skipped: {exc}")
+            return []
+        try:
+            return _measure(cluster, base)
+        finally:
+            cluster.stop()
+
+
+def _measure(cluster: GazetteCluster, base: Path) -> list[Result]:
+    from consumer import EtcdClient, ShardGroup, ShardSpec
+    from journal import GazetteClient
+
+    sources = [f"bench/members/in-{i}" for i in range(SHARDS)]
+    specs = [ShardSpec(f"count-{i}", [sources[i]], max_txn_duration=MAX_TXN)
+             for i in range(SHARDS)]
+    stores = base / "stores"
+    stores.mkdir()
+    env = {**os.environ, _DIR: str(stores), "PYTHONPATH": os.pathsep.join(sys.path)}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    stop = threading.Event()
+
+    def member(name: str) -> None:
+        with open(base / f"{name}.log", "wb") as out:
+            procs[name] = subprocess.Popen(
+                [sys.executable, "-m", "exactly", "serve",
+                 "exactly.benchmarks.bench_members:BenchApp", "--etcd", cluster.etcd_address,
+                 "--etcd-prefix", "/bench", "--broker", cluster.address, "--lease-ttl",
+                 str(TTL), "--member-id", name, "--log-level", "warning"],
+                env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    def wait(cond: Any, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not cond():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the members did not settle in time: see their logs")
+            time.sleep(0.05)
+
+    etcd = EtcdClient(cluster.etcd_address)
+    group = ShardGroup(etcd, "/bench")
+    try:
+        with GazetteClient(cluster.address, replication=1) as client:
+            for name in sources:
+                client.create(name, NDJSON)
+
+            def feed() -> None:
+                record = b'{"n": 1}\n'
+                while not stop.is_set():
+                    for name in sources:
+                        client.append(name, record)
+                    time.sleep(0.01)
+
+            feeder = threading.Thread(target=feed, daemon=True)
+            feeder.start()
+            group.apply(specs)
+            member("a")
+            member("b")
+
+            def held(name: str) -> set[str]:
+                return {s for s, c in group.view().claims.items() if c.member == name}
+
+            wait(lambda: len(held("a")) == len(held("b")) == SHARDS // 2)
+            time.sleep(2 * MAX_TXN + 0.5)  # every shard has committed at its member
+            moved = held("a")
+            killed = time.time()
+            procs["a"].send_signal(signal.SIGKILL)
+            procs["a"].wait()
+            wait(lambda: all(any(s == shard and t > killed for s, t in
+                                 _commits(base / "b.log")) for shard in moved),
+                 timeout=4 * TTL + 30)
+            failover = max(min(t for s, t in _commits(base / "b.log")
+                               if s == shard and t > killed) for shard in moved) - killed
+
+            member("c")
+            wait(lambda: len(held("c")) == SHARDS // 2)
+            time.sleep(2 * MAX_TXN + 0.5)
+            handed = held("b")
+            termed = time.time()
+            procs["b"].send_signal(signal.SIGTERM)
+            procs["b"].wait(60)
+            wait(lambda: all(any(s == shard and t > termed for s, t in
+                                 _commits(base / "c.log")) for shard in handed),
+                 timeout=60)
+            handover = max(min(t for s, t in _commits(base / "c.log")
+                               if s == shard and t > termed) for shard in handed) - termed
+            stop.set()
+            feeder.join()
+    finally:
+        stop.set()
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+        etcd.close()
+    return [
+        Result(f"members: {len(moved)} shards served again after a SIGKILL", failover, "s",
+               baseline_name=f"lease TTL {TTL} s + one transaction", baseline=TTL + MAX_TXN,
+               target=1.0, higher_is_better=False),
+        Result("members: shards handed over on SIGTERM", len(handed) / handover, "shards/s",
+               note=f"{len(handed)} shards in {handover:.2f} s"),
+    ]
