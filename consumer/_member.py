@@ -34,6 +34,7 @@ import os
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Self, final
 
@@ -192,18 +193,20 @@ class Member:
         self._lease_deadline = 0.0
         self._next_renewal = 0.0
         self._old_leases: list[int] = []
+        self._lost_at = 0.0
+        self._id_taken = False
         self._failed: dict[str, float] = {}
         self._refused: dict[str, ShardSpec] = {}
         self._unclaimed_since: dict[str, float] = {}
         self._etcd_down_since: float | None = None
-        #: (shard id, exception) of every shard that stopped on an error here.
-        self.errors: list[tuple[str, BaseException]] = []
+        #: (shard id, exception) of the last 100 shards that stopped on an error here.
+        self.errors: deque[tuple[str, BaseException]] = deque(maxlen=100)
         #: Shards this member will not serve, and why: their store is on the
         #: disk of another host.
         self.unservable: dict[str, str] = {}
-        #: Claims taken and given up since the start: (event, shard, revision),
+        #: The last 1000 claims taken and given up: (event, shard, revision),
         #: event being ``claimed`` or ``released``.
-        self.history: list[tuple[str, str, int]] = []
+        self.history: deque[tuple[str, str, int]] = deque(maxlen=1000)
 
     def __repr__(self) -> str:
         return f"Member({self.id!r}, prefix={self._group.prefix!r})"
@@ -307,7 +310,10 @@ class Member:
         self._reap()
         now = time.monotonic()
         if self._lease is None:
-            self._join()
+            if self._served and now - self._lost_at < self._ttl:
+                return  # the shards of the lost lease are still stopping
+            if not self._join():
+                return
         elif now >= self._next_renewal:
             ttl = self._etcd.keep_alive(self._lease)
             if ttl <= 0:
@@ -323,26 +329,41 @@ class Member:
         self._follow(view)
         self._balance(view)
 
-    def _join(self) -> None:
+    def _join(self) -> bool:
+        """Join the group with a new lease; False while another live member
+        has this member's id (a former process of it, until its lease expires)."""
         for old in list(self._old_leases):  # claims of a lease given up: free them now
             self._etcd.revoke(old)
             self._old_leases.remove(old)
         lease, ttl = self._etcd.grant(self._ttl)
         now = time.monotonic()
+        key = self._group.keys.member(self.id)
         doc = orjson.dumps({"host": self.host, "pid": os.getpid(), "since": time.time()})
         try:
-            self._etcd.put(self._group.keys.member(self.id), doc, lease=lease)
+            resp = self._etcd.txn([EtcdClient.absent(key)],
+                                  [EtcdClient.put_op(key, doc, lease=lease)])
         except EtcdError:
             with contextlib.suppress(EtcdError):
                 self._etcd.revoke(lease)
             raise
+        if not resp.succeeded:
+            with contextlib.suppress(EtcdError):
+                self._etcd.revoke(lease)
+            if not self._id_taken:
+                log.warning("member %s: another live member has this id (an earlier process"
+                            " of it, until its lease expires?): waiting", self.id)
+            self._id_taken = True
+            return False
+        self._id_taken = False
         self._lease, self._lease_deadline, self._next_renewal = lease, now + ttl, now + ttl / 3
         log.info("member %s joined %s (lease %x, TTL %d s)", self.id, self.prefix, lease, ttl)
+        return True
 
     def _lose(self, why: str) -> None:
         """The lease is gone, or may be: every shard stops now."""
         lease = self._lease
         self._lease = None
+        self._lost_at = time.monotonic()
         if lease is not None:
             self._old_leases.append(lease)
         with self._lock:

@@ -194,6 +194,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     app = load_app(args.app)
     group = _group(args)
+    try:
+        group.view()  # etcd answers, and the prefix reads: say so now if not
+    except BaseException:
+        group.etcd.close()
+        raise
     stop = threading.Event()
     asked: list[int] = []
 

@@ -468,3 +468,29 @@ def test_a_changed_or_deleted_spec_is_followed(
             wait_for("stopped", lambda: member.serving == () and not group.view().claims,
                      timeout=30)
             assert not member.errors
+
+
+def test_a_member_id_in_use_waits_for_its_holder(
+        gazette_cluster: Any, group: ShardGroup, tmp_path: Path) -> None:
+    """A second member given the id of a live one does not take its place
+    (which would make both lose their lease in turn): it waits, and joins
+    once the first has left."""
+    pipe = Pipeline("", 1, tmp_path)
+    with LocalJournalStore(tmp_path / "journals") as client:
+        pipe.create(client)
+        group.apply(pipe.specs)
+        etcd = gazette_cluster.etcd_address
+        first = Member(client, pipe.app(), etcd, prefix=group.prefix, lease_ttl=TTL,
+                       member_id="same")
+        second = Member(client, pipe.app(), etcd, prefix=group.prefix, lease_ttl=TTL,
+                        member_id="same")
+        with first:
+            wait_for("first serving", lambda: len(first.serving) == 2, timeout=30)
+            lease = first.lease
+            with second:
+                time.sleep(2 * TTL)
+                assert second.lease is None and second.serving == ()
+                assert first.lease == lease and len(first.serving) == 2
+                first.stop()
+                wait_for("second serving", lambda: len(second.serving) == 2, timeout=30)
+        assert not first.errors and not second.errors

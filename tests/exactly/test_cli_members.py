@@ -132,6 +132,8 @@ def test_errors_are_one_line(tmp_path: Path) -> None:
         (("serve", "json:JSONEncoder", "--etcd", "http://127.0.0.1:9"),
          "not a consumer.Application"),
         (("serve", "json", "--etcd", "http://127.0.0.1:9"), "MODULE:APP"),
+        (("serve", "exactly.benchmarks.bench_members:BenchApp", "--etcd",
+          "http://127.0.0.1:9"), "not reachable"),
     ]:
         began = time.monotonic()
         r = run(*args, env=no_etcd)
