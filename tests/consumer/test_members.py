@@ -494,3 +494,44 @@ def test_a_member_id_in_use_waits_for_its_holder(
                 first.stop()
                 wait_for("second serving", lambda: len(second.serving) == 2, timeout=30)
         assert not first.errors and not second.errors
+
+
+def test_a_postgres_store_follows_its_shard_to_another_host(
+        gazette_cluster: Any, group: ShardGroup, tmp_path: Path, postgres_dsn: str) -> None:
+    """A shard kept in PostgreSQL is served on host "a", then on host "b"
+    (no home is recorded for a store every host reaches); its output and
+    state stay exactly-once across the move."""
+    from consumer import PostgresStore
+
+    pipe = Pipeline("", 1, tmp_path)
+    spec = ShardSpec("count", pipe.sources, max_txn_duration=0.1)
+    with LocalJournalStore(tmp_path / "journals") as client:
+        pipe.create(client)
+        group.apply([spec])
+        etcd = gazette_cluster.etcd_address
+
+        def app() -> CountingApp:
+            return CountingApp(f"postgres:{postgres_dsn}", {"count": pipe.outputs})
+
+        make_input(client, pipe.sources, 200, seed=7)
+        client.flush()
+        with Member(client, app(), etcd, prefix=group.prefix, lease_ttl=TTL, host="a") as a:
+            wait_for("a serving", lambda: a.serving == ("count",), timeout=30)
+            wait_for("a done", lambda: output_by_key(client, pipe.outputs) == expected_output(
+                committed_by_key(client, pipe.sources)), timeout=60)
+        make_input(client, pipe.sources, 200, seed=8)
+        client.flush()
+        with Member(client, app(), etcd, prefix=group.prefix, lease_ttl=TTL, host="b") as b:
+            wait_for("b serving", lambda: b.serving == ("count",), timeout=30)
+            want = committed_by_key(client, pipe.sources)
+            wait_for("b done", lambda: output_by_key(client, pipe.outputs) == expected_output(
+                want), timeout=60)
+            assert not b.errors and not b.unservable
+        assert "count" not in group.view().homes
+        store = PostgresStore(postgres_dsn)
+        try:
+            state = CountingState(store)
+            store.restore_checkpoint(Shard(spec, client))
+            assert state.snapshot() == expected_state(want)
+        finally:
+            store.close()
