@@ -88,30 +88,23 @@ class EtcdClient(Closing):
             if trusted_ca_file or cert_file or cert_key_file:
                 raise ValueError(f"etcd address {address!r}: certificates need https://")
             self._channel = grpc.insecure_channel(target)
-        ch = self._channel
-        self._range = ch.unary_unary("/etcdserverpb.KV/Range",
-                                     request_serializer=pb.RangeRequest.SerializeToString,
-                                     response_deserializer=pb.RangeResponse.FromString)
-        self._put = ch.unary_unary("/etcdserverpb.KV/Put",
-                                   request_serializer=pb.PutRequest.SerializeToString,
-                                   response_deserializer=pb.PutResponse.FromString)
-        self._delete = ch.unary_unary("/etcdserverpb.KV/DeleteRange",
-                                      request_serializer=pb.DeleteRangeRequest.SerializeToString,
-                                      response_deserializer=pb.DeleteRangeResponse.FromString)
-        self._txn = ch.unary_unary("/etcdserverpb.KV/Txn",
-                                   request_serializer=pb.TxnRequest.SerializeToString,
-                                   response_deserializer=pb.TxnResponse.FromString)
-        self._grant = ch.unary_unary("/etcdserverpb.Lease/LeaseGrant",
-                                     request_serializer=pb.LeaseGrantRequest.SerializeToString,
-                                     response_deserializer=pb.LeaseGrantResponse.FromString)
-        self._revoke = ch.unary_unary("/etcdserverpb.Lease/LeaseRevoke",
-                                      request_serializer=pb.LeaseRevokeRequest.SerializeToString,
-                                      response_deserializer=pb.LeaseRevokeResponse.FromString)
-        self._watch = ch.stream_stream(
+        def unary(service: str, method: str, req: Any, resp: Any) -> Any:
+            return self._channel.unary_unary(f"/etcdserverpb.{service}/{method}",
+                                             request_serializer=req.SerializeToString,
+                                             response_deserializer=resp.FromString)
+
+        self._range = unary("KV", "Range", pb.RangeRequest, pb.RangeResponse)
+        self._put = unary("KV", "Put", pb.PutRequest, pb.PutResponse)
+        self._delete = unary("KV", "DeleteRange", pb.DeleteRangeRequest, pb.DeleteRangeResponse)
+        self._txn = unary("KV", "Txn", pb.TxnRequest, pb.TxnResponse)
+        self._grant = unary("Lease", "LeaseGrant", pb.LeaseGrantRequest, pb.LeaseGrantResponse)
+        self._revoke = unary("Lease", "LeaseRevoke", pb.LeaseRevokeRequest,
+                             pb.LeaseRevokeResponse)
+        self._watch = self._channel.stream_stream(
             "/etcdserverpb.Watch/Watch",
             request_serializer=pb.WatchRequest.SerializeToString,
             response_deserializer=pb.WatchResponse.FromString)
-        self._keepalive = ch.stream_stream(
+        self._keepalive = self._channel.stream_stream(
             "/etcdserverpb.Lease/LeaseKeepAlive",
             request_serializer=pb.LeaseKeepAliveRequest.SerializeToString,
             response_deserializer=pb.LeaseKeepAliveResponse.FromString)
