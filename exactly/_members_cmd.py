@@ -31,6 +31,16 @@ def _etcd_options() -> argparse.ArgumentParser:
     p.add_argument("--etcd-prefix", metavar="PREFIX", default=None,
                    help="the group's etcd prefix: one per application (default:"
                         " $EXACTLY_ETCD_PREFIX, else /exactly/consumer)")
+    p.add_argument("--etcd-trusted-ca-file", metavar="FILE",
+                   default=os.environ.get("ETCD_TRUSTED_CA_FILE"),
+                   help="with --etcd https://...: the CA etcd's certificate is checked against"
+                        " (default: $ETCD_TRUSTED_CA_FILE, else the system's)")
+    p.add_argument("--etcd-cert-file", metavar="FILE", default=os.environ.get("ETCD_CERT_FILE"),
+                   help="a client certificate, for an etcd that asks for one"
+                        " (default: $ETCD_CERT_FILE)")
+    p.add_argument("--etcd-cert-key-file", metavar="FILE",
+                   default=os.environ.get("ETCD_CERT_KEY_FILE"),
+                   help="the client certificate's key (default: $ETCD_CERT_KEY_FILE)")
     return p
 
 
@@ -76,7 +86,13 @@ def _group(args: argparse.Namespace) -> Any:
     if not args.etcd:
         raise UsageError("name etcd: --etcd URL, or $ETCD_ADDRESS")
     prefix = args.etcd_prefix or os.environ.get("EXACTLY_ETCD_PREFIX") or DEFAULT_ETCD_PREFIX
-    return ShardGroup(EtcdClient(args.etcd), prefix)
+    try:
+        etcd = EtcdClient(args.etcd, trusted_ca_file=args.etcd_trusted_ca_file or None,
+                          cert_file=args.etcd_cert_file or None,
+                          cert_key_file=args.etcd_cert_key_file or None)
+    except ValueError as exc:
+        raise UsageError(f"--etcd: {exc}") from None
+    return ShardGroup(etcd, prefix)
 
 
 def cmd_shards_apply(args: argparse.Namespace) -> int:

@@ -193,3 +193,71 @@ def test_serve_claims_serves_and_gives_all_up_on_sigterm(
     got = sorted(json.loads(line)["message"]["k"] for line in out.stdout.splitlines()
                  if "k" in json.loads(line)["message"])
     assert got == ["a", "b", "c"]
+
+
+@pytest.fixture
+def tls_etcd(gazette_binaries: Any, tmp_path: Path) -> Any:
+    """An etcd on 127.0.0.1 serving TLS and asking clients for a certificate
+    signed by a throwaway CA: yields (address, ClusterSecurity)."""
+    import socket
+
+    from exactly.localcluster import ClusterSecurity
+
+    sec = ClusterSecurity.generate(tmp_path / "tls", mutual=True, auth=False)
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    client_url, peer_url = (f"https://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ETCD_")}
+    with open(tmp_path / "etcd.log", "wb") as log:
+        proc = subprocess.Popen(
+            [str(gazette_binaries.etcd), "--data-dir", str(tmp_path / "etcd"),
+             "--listen-client-urls", client_url, "--advertise-client-urls", client_url,
+             "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls", peer_url,
+             "--initial-cluster", f"default={peer_url}",
+             "--cert-file", str(sec.server_cert_file), "--key-file", str(sec.server_key_file),
+             "--client-cert-auth", "--trusted-ca-file", str(sec.ca_file)],
+            env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            r = run("shards", "list", "--etcd", client_url, "--etcd-trusted-ca-file",
+                    str(sec.ca_file), "--etcd-cert-file", str(sec.client_cert_file),
+                    "--etcd-cert-key-file", str(sec.client_key_file))
+            if r.returncode == 0:
+                break
+            assert proc.poll() is None, (tmp_path / "etcd.log").read_text()
+            assert time.monotonic() < deadline, r.stderr
+            time.sleep(0.3)
+        yield client_url, sec
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_an_etcd_that_serves_tls_and_asks_for_a_certificate(tls_etcd: Any) -> None:
+    """With the CA and a client certificate (options or $ETCD_* variables)
+    the shards are applied and listed; without them, one clear line."""
+    url, sec = tls_etcd
+    tls = {"ETCD_ADDRESS": url, "ETCD_TRUSTED_CA_FILE": str(sec.ca_file),
+           "ETCD_CERT_FILE": str(sec.client_cert_file),
+           "ETCD_CERT_KEY_FILE": str(sec.client_key_file)}
+    r = run("shards", "apply", "-", input="shards: [{id: s, sources: [words]}]", env=tls)
+    assert r.returncode == 0 and r.stdout == "s: created\n", r.stderr
+    doc = json.loads(run("shards", "list", "--json", env=tls).stdout)
+    assert [s["id"] for s in doc["shards"]] == ["s"]
+    no_cert = {**tls, "ETCD_CERT_FILE": "", "ETCD_CERT_KEY_FILE": ""}
+    no_ca = {**tls, "ETCD_TRUSTED_CA_FILE": ""}
+    for env in (no_cert, no_ca):
+        began = time.monotonic()
+        r = run("shards", "list", env=env)
+        assert r.returncode == 1
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"exactly: error: etcd at {url}"), lines
+        assert time.monotonic() - began < 30
