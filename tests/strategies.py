@@ -1,4 +1,4 @@
-"""Shared test helpers and hypothesis strategies for the message package.
+"""The hypothesis strategies of the tests, and the helpers of the message package's tests.
 
 - ``Msg`` is a minimal message implementing the ``Message`` protocol.
 - ``EnvelopeGenerator`` builds envelopes at increasing offsets, as Gazette's
@@ -12,6 +12,9 @@
   ACKs, unknown flags, nil UUIDs and clock 0, interleaved producers and
   journals. A transaction's ACK intent is written to a journal before its
   producer publishes further uncommitted messages there.
+- ``messages_for`` and ``cases`` draw messages of each built-in framing
+  (JSON documents, dataclass events, CSV records, protobuf values); the
+  message types themselves are in tests/framing/support.py.
 """
 
 from __future__ import annotations
@@ -20,10 +23,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from google.protobuf import struct_pb2
 from hypothesis import strategies as st
 
 from journal import JournalSpec
 from message import Envelope, ProducerState, build_uuid
+from tests.framing.support import BUILT_INS, Event
 from tests.sequencer_model import decode
 
 NDJSON = "application/x-ndjson"
@@ -354,3 +359,68 @@ def producer_states(draw: st.DrawFn, journals: list[str]) -> list[ProducerState]
         )
         for j, pid in pairs
     ]
+
+
+# -- messages of the built-in framings ----------------------------------------------
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+json_documents = st.dictionaries(st.text(), json_values, max_size=6)
+
+uuids = st.uuids()
+events = st.builds(
+    Event,
+    uuid=uuids,
+    kind=st.text(),
+    n=st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    tags=st.lists(st.text(), max_size=4),
+    parent=st.none() | uuids,
+)
+
+# CSV fields: any text without lone surrogates (which UTF-8 cannot encode),
+# and with plenty of the characters that need quoting.
+csv_fields = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",)) | st.sampled_from(',"\n\r '),
+    max_size=12,
+)
+csv_records = st.lists(csv_fields, min_size=1, max_size=6)
+
+proto_values = st.recursive(
+    st.builds(lambda s: struct_pb2.Value(string_value=s), st.text())
+    | st.builds(lambda x: struct_pb2.Value(number_value=x), st.floats(allow_nan=False))
+    | st.builds(lambda b: struct_pb2.Value(bool_value=b), st.booleans()),
+    lambda inner: st.builds(
+        lambda items: struct_pb2.Value(list_value=struct_pb2.ListValue(values=items)),
+        st.lists(inner, max_size=3),
+    ),
+    max_leaves=8,
+)
+
+
+def messages_for(name: str) -> st.SearchStrategy[list[Any]]:
+    """Lists of messages of one of the built-in framings."""
+    if name == "ndjson":
+        return st.lists(json_documents, min_size=1, max_size=5)
+    if name == "csv":
+        # new_unmarshal_func wants records of one width, as Go's reader does.
+        return st.integers(1, 5).flatmap(
+            lambda w: st.lists(st.lists(csv_fields, min_size=w, max_size=w), min_size=1, max_size=5)
+        )
+    return st.lists(proto_values, min_size=1, max_size=5)
+
+
+def cases() -> st.SearchStrategy[tuple[str, list[Any]]]:
+    """A built-in framing's name and messages for it."""
+    return st.sampled_from(sorted(BUILT_INS)).flatmap(
+        lambda n: st.tuples(st.just(n), messages_for(n))
+    )

@@ -39,7 +39,7 @@ from framing import (
     unpack_line,
 )
 from framing.testing import ShortReader, check_framing
-from tests.framing.strategies import (
+from tests.framing.support import (
     BUILT_INS,
     CSV,
     FIXED,
@@ -50,8 +50,8 @@ from tests.framing.strategies import (
     Greeting,
     RawPayload,
     Row,
-    cases,
 )
+from tests.strategies import cases
 
 # -- constants and registry ---------------------------------------------------
 
@@ -190,8 +190,20 @@ def test_exports() -> None:
     """__all__ lists exactly the public names, each importable."""
     public = {n for n in dir(framing) if not n.startswith("_")} - {"testing"}
     assert set(framing.__all__) == public
+    import inspect
+    import types
+    import typing
+
     for name in framing.__all__:
-        assert getattr(framing, name) is not None
+        obj = getattr(framing, name)
+        if inspect.isclass(obj) or inspect.isfunction(obj):
+            # Defined in the package and documented, not a stray re-export.
+            assert obj.__module__.split(".")[0] == "framing", (name, obj.__module__)
+            assert inspect.getdoc(obj), f"framing.{name} has no docstring"
+        elif name in ("Frame", "UnmarshalFunc"):  # type aliases
+            assert typing.get_origin(obj) is not None or isinstance(obj, types.UnionType)
+        else:  # the constants: content types, the frame word, limits
+            assert isinstance(obj, str | bytes | int) and name.isupper(), (name, obj)
 
 
 def test_package_tour_runs() -> None:
@@ -442,3 +454,17 @@ def test_conformance_catches_a_broken_plain_json_promise() -> None:
 
     with pytest.raises(AssertionError, match="plain_dumps"):
         check_framing(Misleading(), [{"s": "A"}, {"s": "B"}], dict)
+
+
+def test_strategies_draw_encodable_messages() -> None:
+    """Every framing strategy of tests/strategies.py draws messages its framing encodes."""
+    from hypothesis import given, settings
+
+    @settings(max_examples=25, deadline=None)
+    @given(cases())
+    def check(case: tuple[str, list[Any]]) -> None:
+        name, msgs = case
+        for m in msgs:
+            assert BUILT_INS[name].marshal(m)
+
+    check()

@@ -13,7 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from framing import FrameDecodeError, FrameEncodeError, TruncatedFrameError
-from tests.framing.strategies import CSV, READERS, Row, csv_records
+from tests.framing.support import CSV, READERS, Row
+from tests.strategies import csv_records
 
 U = "9f2ba8e4-2f6d-11ef-8000-0b1a2c3d4e5f"
 

@@ -22,7 +22,8 @@ from framing import (
     encode_fixed_proto_frame,
     unpack_fixed_frame,
 )
-from tests.framing.strategies import FIXED, READERS, RawPayload, proto_values
+from tests.framing.support import FIXED, READERS, RawPayload
+from tests.strategies import proto_values
 
 W = FIXED_FRAME_WORD
 # Gazette's fixture: "test message content" (20 = 0x14 bytes) in one frame.

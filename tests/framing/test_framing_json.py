@@ -18,14 +18,8 @@ from framing import (
     TruncatedFrameError,
     UnsupportedMessageError,
 )
-from tests.framing.strategies import (
-    NDJSON,
-    READERS,
-    Event,
-    Greeting,
-    events,
-    json_documents,
-)
+from tests.framing.support import NDJSON, READERS, Event, Greeting
+from tests.strategies import events, json_documents
 
 U1 = uuid.UUID("9f2ba8e4-2f6d-11ef-8000-0b1a2c3d4e5f")
 U2 = uuid.UUID("00000000-0000-1000-8000-000000000001")

@@ -26,7 +26,8 @@ from framing import (
     FramingError,
     TruncatedFrameError,
 )
-from tests.framing.strategies import BUILT_INS, READERS, Event, messages_for
+from tests.framing.support import BUILT_INS, READERS, Event
+from tests.strategies import messages_for
 
 # Decoding targets per framing: the first is used to compare the paths.
 TARGETS: dict[str, list[Callable[[], Any]]] = {

@@ -1,4 +1,5 @@
-"""Message types and hypothesis strategies shared by the framing tests.
+"""Message types and readers shared by the framing tests (their hypothesis
+strategies are in tests/strategies.py).
 
 Each built-in framing gets a few message shapes: NDJSON dicts, dataclasses
 and hook classes; CSV records (lists, hook classes); protobuf messages and a
@@ -14,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from google.protobuf import struct_pb2
-from hypothesis import strategies as st
 
 import framing
 
@@ -143,87 +143,10 @@ READERS: dict[str, Callable[[bytes], Any]] = {
     "readonly3": lambda d: ReadOnly(d, 3),
 }
 
-# -- strategies ---------------------------------------------------------------
 
-json_scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**63), max_value=2**63 - 1)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text()
-)
-json_values = st.recursive(
-    json_scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
-    max_leaves=12,
-)
-json_documents = st.dictionaries(st.text(), json_values, max_size=6)
-
-uuids = st.uuids()
-events = st.builds(
-    Event,
-    uuid=uuids,
-    kind=st.text(),
-    n=st.integers(min_value=-(2**63), max_value=2**63 - 1),
-    tags=st.lists(st.text(), max_size=4),
-    parent=st.none() | uuids,
-)
-
-# CSV fields: any text without lone surrogates (which UTF-8 cannot encode),
-# and with plenty of the characters that need quoting.
-csv_fields = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs",)) | st.sampled_from(',"\n\r '),
-    max_size=12,
-)
-csv_records = st.lists(csv_fields, min_size=1, max_size=6)
-
-proto_values = st.recursive(
-    st.builds(lambda s: struct_pb2.Value(string_value=s), st.text())
-    | st.builds(lambda x: struct_pb2.Value(number_value=x), st.floats(allow_nan=False))
-    | st.builds(lambda b: struct_pb2.Value(bool_value=b), st.booleans()),
-    lambda inner: st.builds(
-        lambda items: struct_pb2.Value(list_value=struct_pb2.ListValue(values=items)),
-        st.lists(inner, max_size=3),
-    ),
-    max_leaves=8,
-)
-
-
-def messages_for(name: str) -> st.SearchStrategy[list[Any]]:
-    """Lists of messages of one of the built-in framings."""
-    if name == "ndjson":
-        return st.lists(json_documents, min_size=1, max_size=5)
-    if name == "csv":
-        # new_unmarshal_func wants records of one width, as Go's reader does.
-        return st.integers(1, 5).flatmap(
-            lambda w: st.lists(st.lists(csv_fields, min_size=w, max_size=w), min_size=1, max_size=5)
-        )
-    return st.lists(proto_values, min_size=1, max_size=5)
-
-
+# What each built-in framing decodes into by default.
 NEW_MESSAGE: dict[str, Callable[[], Any]] = {
     "ndjson": dict,
     "csv": list,
     "fixed": struct_pb2.Value,
 }
-
-
-def cases() -> st.SearchStrategy[tuple[str, list[Any]]]:
-    """A built-in framing's name and messages for it."""
-    return st.sampled_from(sorted(BUILT_INS)).flatmap(
-        lambda n: st.tuples(st.just(n), messages_for(n))
-    )
-
-
-def test_strategies_draw_encodable_messages() -> None:
-    """Every strategy above draws messages its framing encodes."""
-    from hypothesis import given, settings
-
-    @settings(max_examples=25, deadline=None)
-    @given(cases())
-    def check(case: tuple[str, list[Any]]) -> None:
-        name, msgs = case
-        for m in msgs:
-            assert BUILT_INS[name].marshal(m)
-
-    check()
