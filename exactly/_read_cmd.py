@@ -206,11 +206,11 @@ class _Scan:
     def __init__(self, store: Any, spec: Any, new_message: Any) -> None:
         from message import (
             Flags,
-            MustStartReplay,
             ReadUncommittedIter,
             Sequencer,
             get_flags,
             get_producer_id,
+            sequence_committed,
         )
 
         seq = Sequencer()
@@ -218,8 +218,9 @@ class _Scan:
         self.per_producer: dict[bytes, list[int]] = {}  # frames, acks, committed
         it = ReadUncommittedIter(store, spec.name, new_message, skip_corrupt=True)
         progress = Progress(f"reading {spec.name}")
-        try:
-            for env in it:
+
+        def counted(envelopes: Any) -> Any:
+            for env in envelopes:
                 self.frames += 1
                 progress.update(self.frames)
                 u = env.message.get_uuid()
@@ -227,20 +228,16 @@ class _Scan:
                 stats[0] += 1
                 if get_flags(u) == Flags.ACK_TXN:
                     stats[1] += 1
-                seq.queue_uncommitted(env)
-                while True:
-                    try:
-                        c = seq.deque_committed()
-                    except MustStartReplay as need:
-                        seq.start_replay(
-                            ReadUncommittedIter(store, spec.name, new_message,
-                                                offset=need.begin, end_offset=need.end)
-                        )
-                        continue
-                    if c is None:
-                        break
-                    self.committed += 1
-                    self.per_producer[get_producer_id(c.message.get_uuid())][2] += 1
+                yield env
+
+        def replay(begin: int, end: int) -> Any:
+            return ReadUncommittedIter(store, spec.name, new_message, offset=begin,
+                                       end_offset=end)
+
+        try:
+            for c in sequence_committed(seq, counted(it), replay):
+                self.committed += 1
+                self.per_producer[get_producer_id(c.message.get_uuid())][2] += 1
         finally:
             progress.done()
             it.close()

@@ -71,7 +71,8 @@ delivered once::
 (``None`` is the ACK's page: the ACK is delivered too, as in Gazette. A
 Sequencer whose ring no longer holds a transaction's first messages raises
 ``MustStartReplay`` from ``deque_committed``: read
-``seq.replay_range()`` again and pass it to ``seq.start_replay``.)
+``seq.replay_range()`` again and pass it to ``seq.start_replay``;
+``sequence_committed`` is this loop, replays included.)
 
 **Read committed** with ``ReadCommittedIter``, which does all of the above,
 replays included::
@@ -126,6 +127,7 @@ from ._publisher import AckIntent as AckIntent
 from ._reader import ReadCommittedIter as ReadCommittedIter
 from ._reader import ReadUncommittedIter as ReadUncommittedIter
 from ._reader import published_at as published_at
+from ._reader import sequence_committed as sequence_committed
 from ._selector import ReadCommittedSelectorIter as ReadCommittedSelectorIter
 from ._sources import CommittedSource as CommittedSource
 from ._transaction import IntentLog as IntentLog
@@ -172,7 +174,7 @@ __all__ = [
     "Publisher", "AckIntent", "Transaction", "IntentLog", "JournalIntentLog", "write_intents",
     # reading, sequencing and checkpoints
     "ReadUncommittedIter", "ReadCommittedIter", "ReadCommittedSelectorIter", "CommittedSource",
-    "published_at",
+    "published_at", "sequence_committed",
     "Sequencer", "Checkpoint",
     # mapping
     "MappingFunc", "MappingKeyFunc", "PartitionsFunc", "modulo_mapping",

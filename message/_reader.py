@@ -511,23 +511,7 @@ class ReadCommittedIter(_EnvelopeIter):
 
     def _generate(self) -> Generator[Envelope, None, None]:
         """Queue each envelope and yield what it commits, replaying as needed."""
-        seq = self.sequencer
-        queue_uncommitted, deque_committed = seq.queue_uncommitted, seq.deque_committed
-        for env in self._uncommitted:
-            if env.begin < 0:
-                yield env  # Transient: never sequenced, never checkpointed.
-                continue
-            queue_uncommitted(env)
-            while True:
-                try:
-                    committed = deque_committed()
-                except MustStartReplay:
-                    begin, end = seq.replay_range()
-                    seq.start_replay(self._start_replay(begin, end))
-                    continue
-                if committed is None:
-                    break
-                yield committed
+        yield from sequence_committed(self.sequencer, self._uncommitted, self._start_replay)
 
     def _start_replay(self, begin: int, end: int) -> ReadUncommittedIter:
         self.replays += 1
@@ -565,6 +549,34 @@ class ReadCommittedIter(_EnvelopeIter):
         self._uncommitted.close()
         if self._own_sequencer:
             metrics.forget_open_spans(self.sequencer)
+
+
+def sequence_committed(
+    seq: Sequencer, envelopes: Iterable[Envelope],
+    replay: Callable[[int, int], Iterable[Envelope]],
+) -> Generator[Envelope, None, None]:
+    """Queue each of ``envelopes`` (read uncommitted, in journal order) into
+    ``seq`` and yield the committed envelopes it releases, in order. When the
+    Sequencer must replay, ``replay(begin, end)`` reads that range of the
+    journal again (as ``ReadUncommittedIter.reread`` does). Transient
+    envelopes pass through unsequenced. ``ReadCommittedIter`` is this loop
+    over a journal, with checkpoints."""
+    queue_uncommitted, deque_committed = seq.queue_uncommitted, seq.deque_committed
+    for env in envelopes:
+        if env.begin < 0:
+            yield env  # Transient: never sequenced, never checkpointed.
+            continue
+        queue_uncommitted(env)
+        while True:
+            try:
+                committed = deque_committed()
+            except MustStartReplay:
+                begin, end = seq.replay_range()
+                seq.start_replay(replay(begin, end))
+                continue
+            if committed is None:
+                break
+            yield committed
 
 
 def published_at(client: JournalClient, journal: str, new_message: NewMessageFunc,
