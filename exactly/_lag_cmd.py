@@ -103,10 +103,27 @@ def _positions(args: argparse.Namespace) -> list[tuple[str, Any]]:
     return [(Path(args.spark_checkpoint).name, cp)]
 
 
-def _measure(store: Any, consumer: str, cp: Any, proto: str | None) -> list[_Row]:
+@dataclass(slots=True)
+class _Counted:
+    """What a refresh counted of one consumer's lag in one journal, so that
+    the next (``--watch``) reads only what was appended since, as long as
+    the consumer has not moved."""
+
+    offset: int
+    states: tuple[Any, ...]
+    head: int
+    resume: Any  # the Checkpoint the count stopped at
+    messages: int
+    oldest_unread: int | None
+    newest: int | None
+
+
+def _measure(store: Any, consumer: str, cp: Any, proto: str | None,
+             counted: dict[tuple[str, str], _Counted] | None = None) -> list[_Row]:
     from journal import JournalError
     from message import Checkpoint, ReadCommittedIter, clock_to_unix_ns, get_clock
 
+    counted = {} if counted is None else counted
     rows = []
     for journal, offset in sorted(cp.offsets.items()):
         row = _Row(consumer, journal, offset)
@@ -119,12 +136,17 @@ def _measure(store: Any, consumer: str, cp: Any, proto: str | None) -> list[_Row
         if row.head <= offset:
             row.messages = 0
             continue
-        states = [s for s in cp.states if s.journal == journal]
+        states = tuple(s for s in cp.states if s.journal == journal)
+        before = counted.get((consumer, journal))
+        if before is not None and (before.offset, before.states) == (offset, states) \
+                and before.head <= row.head:
+            start, n = before.resume, before.messages  # only what is new since
+            row.oldest_unread, row.newest = before.oldest_unread, before.newest
+        else:
+            start, n = Checkpoint({journal: offset}, list(states)), 0
         progress = Progress(f"counting what {consumer} has not read of {journal}")
-        it = ReadCommittedIter(store, journal, new_message_func(spec, proto),
-                               checkpoint=Checkpoint({journal: offset}, states),
+        it = ReadCommittedIter(store, journal, new_message_func(spec, proto), checkpoint=start,
                                end_offset=row.head, skip_corrupt=True)
-        n = 0
         try:
             for env in it:
                 clock = get_clock(env.message.get_uuid())
@@ -135,10 +157,13 @@ def _measure(store: Any, consumer: str, cp: Any, proto: str | None) -> list[_Row
                     row.newest = at
                 n += 1
                 progress.update(n)
+            resume = it.checkpoint()
         finally:
             it.close()
             progress.done()
         row.messages = n
+        counted[(consumer, journal)] = _Counted(offset, states, row.head, resume, n,
+                                                row.oldest_unread, row.newest)
     return rows
 
 
@@ -199,10 +224,11 @@ def cmd_lag(args: argparse.Namespace) -> int:
 
 
 def _lag_once(args: argparse.Namespace, stop: list[bool] | None = None) -> int:
+    counted: dict[tuple[str, str], _Counted] = {}
     with open_store(args) as store:
         while True:
             rows = [r for consumer, cp in _positions(args)
-                    for r in _measure(store, consumer, cp, args.proto)]
+                    for r in _measure(store, consumer, cp, args.proto, counted)]
             if args.json:
                 for r in rows:
                     print(orjson.dumps(r.doc()).decode())

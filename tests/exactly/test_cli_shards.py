@@ -172,3 +172,63 @@ def test_lag_table_watch_and_mistakes(served: Path) -> None:
     ):
         r = run("--root", "journals", "lag", *args, cwd=served)
         assert r.returncode == 1 and error in r.stderr, r.stderr
+
+
+def test_lag_watch_counts_what_arrives_between_refreshes(tmp_path: Path) -> None:
+    """`lag --watch` counts only what was appended since its last refresh
+    while the consumer stays put, and gets the same figures as a fresh
+    `lag`: a transaction open across a refresh is counted once it commits,
+    and its roll-back never."""
+    from message import Checkpoint, JsonDocument, Publisher, modulo_mapping
+
+    root = tmp_path / "journals"
+    with LocalJournalStore(root) as store:
+        spec = store.create("in", NDJSON)
+        to_in = modulo_mapping(lambda d: "k", lambda: [spec])
+        pub = Publisher(store)
+        for i in range(5):
+            pub.publish_committed(to_in, JsonDocument(n=i))
+        store.flush()
+        (tmp_path / "at0.json").write_text(Checkpoint({"in": 0}, []).to_json())
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "exactly", "--root", str(root), "lag", "--checkpoint",
+         "at0.json", "--json", "--watch", "0.1"], cwd=tmp_path, stdout=subprocess.PIPE,
+        text=True)
+
+    def next_count(want: int) -> int:
+        assert watch.stdout is not None
+        for line in watch.stdout:
+            if not line.strip():
+                continue  # between two refreshes
+            n = json.loads(line)["messages_behind"]
+            if n == want:
+                return n
+        raise AssertionError("lag --watch ended")
+
+    try:
+        assert next_count(5) == 5
+        with LocalJournalStore(root) as store:
+            pub = Publisher(store)
+            rolled = Publisher(store)
+            for i in range(3):
+                pub.publish_uncommitted(to_in, JsonDocument(n=10 + i))
+                rolled.publish_uncommitted(to_in, JsonDocument(n=20 + i))
+            store.flush()
+            next_count(5)  # open: not counted yet
+            for intent in pub.build_ack_intents() + rolled.build_rollback_intents():
+                store.append(intent.journal, intent.intent).result()
+            pub.publish_committed(to_in, JsonDocument(n=30))
+            store.flush()
+            # 5 + 3 committed by the ACK + its ACK + 1, as a fresh count says.
+            fresh = json.loads(run("--root", str(root), "lag", "--checkpoint", "at0.json",
+                                   "--json", cwd=tmp_path).stdout)["messages_behind"]
+            assert fresh == 10
+            assert next_count(fresh) == fresh
+    finally:
+        watch.send_signal(2)
+        try:
+            watch.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            watch.kill()
+            watch.communicate()
+            raise
