@@ -81,19 +81,36 @@ class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Trigger.AvailableNow: the write heads when the query started.
         self.targets: dict[str, int] | None = None
         self.planned: dict[str, int] = {}  # the end offsets of the last planned micro-batch
-        with self.where.open() as store:
-            recover(store)
+        # The store the driver's calls share (planning, progress), opened on
+        # first use and never pickled to the executors, which open their own.
+        self._store: Any = None
+        recover(self._driver_store())
+
+    def _driver_store(self) -> Any:
+        if self._store is None:
+            self._store = self.where.open()
+        return self._store
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_store"] = None
+        return state
+
+    def stop(self) -> None:
+        """The query stopped: close the driver's store."""
+        store, self._store = self._store, None
+        if store is not None:
+            store.close()
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 -- Spark's name
-        with self.where.open() as store:
-            self.targets = {
-                spec.name: store.head(spec.name) for spec in select_journals(store, self.options)
-            }
+        store = self._driver_store()
+        self.targets = {
+            spec.name: store.head(spec.name) for spec in select_journals(store, self.options)
+        }
 
     def reportLatestOffset(self) -> dict[str, Any]:  # noqa: N802 -- Spark's name
-        with self.where.open() as store:
-            heads = {spec.name: store.head(spec.name)
-                     for spec in select_journals(store, self.options)}
+        store = self._driver_store()
+        heads = {spec.name: store.head(spec.name) for spec in select_journals(store, self.options)}
         behind = sum(max(0, h - int(self.planned.get(name, 0))) for name, h in heads.items())
         return {"offsets": heads, "bytes_behind": behind}
 
@@ -106,15 +123,13 @@ class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         offset = empty_offset()
         if self.starting_time is not None:
             # Fragment times: the embedded store's files, Gazette's begin_mod_time.
-            with self.where.open() as store:
-                for spec in select_journals(store, self.options):
-                    offset["offsets"][spec.name] = store.offset_since(
-                        spec.name, self.starting_time
-                    )
+            store = self._driver_store()
+            for spec in select_journals(store, self.options):
+                offset["offsets"][spec.name] = store.offset_since(spec.name, self.starting_time)
         elif self.options.get("starting_offsets", "earliest") == "latest":
-            with self.where.open() as store:
-                for spec in select_journals(store, self.options):
-                    offset["offsets"][spec.name] = store.head(spec.name)
+            store = self._driver_store()
+            for spec in select_journals(store, self.options):
+                offset["offsets"][spec.name] = store.head(spec.name)
         return offset
 
     def latestOffset(  # noqa: N802 -- Spark's name
@@ -125,26 +140,26 @@ class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # ReadMaxBytes: the budget is shared equally by the journals with new
         # data, each cut at a frame boundary (and taking at least one frame).
         budget = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
-        with self.where.open() as store:
-            ranges = []
-            for spec in select_journals(store, self.options):
-                begin = int(start["offsets"].get(spec.name, 0))
-                end = store.head(spec.name)
-                if self.targets is not None:
-                    # AvailableNow: nothing past the heads when the query began
-                    # (a journal that joined since has none).
-                    end = min(end, self.targets.get(spec.name, begin))
-                if end > begin:
-                    ranges.append((spec.name, begin, end))
-            for name, begin, end in ranges:
-                if budget is not None:
-                    end = frame_boundary(store, name, begin, end, max(1, budget // len(ranges)))
-                states = sequence_range(
-                    store, name, self.content, begin, end, states_of(start, name),
-                    prune_horizon=self.prune_horizon,
-                )
-                out["offsets"][name] = end
-                out["states"][name] = encode_states(states)
+        store = self._driver_store()
+        ranges = []
+        for spec in select_journals(store, self.options):
+            begin = int(start["offsets"].get(spec.name, 0))
+            end = store.head(spec.name)
+            if self.targets is not None:
+                # AvailableNow: nothing past the heads when the query began
+                # (a journal that joined since has none).
+                end = min(end, self.targets.get(spec.name, begin))
+            if end > begin:
+                ranges.append((spec.name, begin, end))
+        for name, begin, end in ranges:
+            if budget is not None:
+                end = frame_boundary(store, name, begin, end, max(1, budget // len(ranges)))
+            states = sequence_range(
+                store, name, self.content, begin, end, states_of(start, name),
+                prune_horizon=self.prune_horizon,
+            )
+            out["offsets"][name] = end
+            out["states"][name] = encode_states(states)
         self.planned = {name: int(at) for name, at in out["offsets"].items()}
         return out
 
