@@ -26,7 +26,6 @@ import threading
 import time
 import weakref
 from concurrent.futures import Future
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final, final
 
@@ -45,20 +44,17 @@ from .._labels import LabelSelector, LabelSet, LabelsInit, parse_label_selector
 from .._spec import AppendResult, Fragment, JournalSpec, validate_journal_name
 from .._util import age_seconds
 from ..durable import TEMP_PREFIX, fsync_dir
-from .check import JournalProblem, check_journal, frame_cut, quarantine_files
+from .check import JournalProblem, check_journal, quarantine_files
 from .files import (
     JournalDir,
-    Quarantined,
     fragment_sha1,
     locked,
-    open_batches,
     open_commit,
     open_fragment_path,
     open_lock,
     read_record,
     read_spec,
     read_start,
-    read_sums,
     recover,
     remove_sums,
     scan,
@@ -74,19 +70,19 @@ from .fragment import (
     SPEC_FILE,
     START_FILE,
     CommitRecord,
-    open_name,
     pack_slot,
     parse_open_name,
     parse_sealed_name,
 )
 from .reader import LocalJournalReader, StoreServices, open_reader
-from .sums import bad_batches
+from .transient import Emitters
+from .verify import verify_journal
 from .watch import Watcher
 from .writer import JournalWriter
 
 if TYPE_CHECKING:
     # Loaded by the first emit or listen (sockets, mmap): nothing else pays for it.
-    from .transient import Ring, TransientListener
+    from .transient import TransientListener
 
 #: Default size at which the open fragment is sealed. Fragments are the unit
 #: of retention and of parallel reads (a Spark task per fragment).
@@ -149,8 +145,8 @@ class LocalJournalStore(Closing):
         self._watcher = Watcher()
         self._verified: dict[tuple[int, int, int, int], None] = {}
         self._warned: set[tuple[str, int]] = set()  # (journal, seq) of damaged records
-        self._emitting: dict[str, _Emitting] = {}  # journals emitted to
         self._real_root = os.path.realpath(self.root)
+        self._emitters = Emitters(self._real_root)  # what emits to each journal use
         self._closed = False
         _STORES.add(self)
         # A store dropped without close() must not leave its inotify thread behind.
@@ -397,66 +393,7 @@ class LocalJournalStore(Closing):
         missing or damaged), as a reader meets it; returns the fragments.
         ``exactly fsck`` checks all this and more (``check``)."""
         jd = self._dir(name)
-        frags = self._held(jd, name)
-        for f in frags:
-            try:
-                fd = os.open(f.path, os.O_RDONLY)
-            except FileNotFoundError:
-                continue  # Trimmed or sealed since listed.
-            try:
-                if f.sealed:
-                    self._verify_fragment(jd, f, fd, cached=False)
-                    batches = read_sums(jd, f.begin, f.end)
-                elif os.fstat(fd).st_size < f.size:
-                    raise jd.corrupt(
-                        os.path.basename(f.path), "open fragment is shorter than its committed end"
-                    )
-                else:
-                    commit_fd = open_commit(jd)
-                    try:
-                        batches = open_batches(commit_fd, f.begin, f.end)
-                    finally:
-                        os.close(commit_fd)
-                for b in bad_batches(fd, f.begin, batches)[:1]:
-                    raise jd.corrupt(
-                        os.path.basename(f.path),
-                        "a batch of appends does not match its checksum (changed in place)",
-                        b.begin,
-                        b.end,
-                    )
-            finally:
-                os.close(fd)
-        return frags
-
-    def _held(self, jd: JournalDir, name: str) -> builtins.list[Fragment]:
-        """The journal's fragments, once sure that they hold every committed
-        offset from the first one on: a hole seen twice (a seal or a trim
-        may race one listing) raises ``CorruptJournalError``."""
-        missing = None
-        for _ in range(2):
-            frags = self.fragments(name)
-            fd = open_commit(jd)
-            try:
-                rec = read_record(jd, fd)
-            finally:
-                os.close(fd)
-            missing = _first_hole(frags, scan(jd).quarantined, read_start(jd), rec.begin,
-                                  rec.end)
-            if missing is None:
-                return frags
-        assert missing is not None
-        begin, end = missing
-        start = read_start(jd)
-        if start is not None and not any(f.begin < begin for f in frags):
-            raise jd.corrupt(f"{begin:016x}-{end:016x}", f"no fragment holds offsets [{begin},"
-                             f" {end}), at or above the journal's recorded start ({start}): a"
-                             " fragment file is missing, not removed by retention", begin, end)
-        if begin >= rec.begin:
-            raise jd.corrupt(open_name(rec.begin), f"the open fragment is missing, yet"
-                             f" [{rec.begin}, {rec.end}) is committed", begin, end)
-        raise jd.corrupt(f"{begin:016x}-{end:016x}", f"no fragment holds offsets [{begin},"
-                         f" {end}), but earlier ones are kept (a fragment file is missing)",
-                         begin, end)
+        return verify_journal(jd, lambda: self.fragments(name), self._verify_fragment)
 
     def check(self, name: str, *, repair: bool = False) -> builtins.list[JournalProblem]:
         """Check every file of journal ``name``: the commit record, each sealed
@@ -541,60 +478,8 @@ class LocalJournalStore(Closing):
         each in shared memory, and one that falls further behind loses the
         oldest (and counts them in its ``lost``). It follows every append
         that completed before the call."""
-        from .transient import MAX_EMIT, emit
-
         self._check_open()
-        data = bytes(data)
-        e = self._emitting_to(name)
-        if not data:
-            raise ValueError(f"nothing to emit to {name!r}")
-        if len(data) > MAX_EMIT:
-            raise AppendTooLargeError(name, len(data), MAX_EMIT)
-        if frame_cut(e.spec, data) != len(data):
-            raise ValueError(
-                f"an emit to {name!r} must be whole frames of its framing"
-                f" ({e.spec.content_type}); these {len(data)} bytes are not"
-            )
-        return emit(e.ring, read_record(e.jd, e.commit_fd).end, data)
-
-    def _emitting_to(self, name: str) -> _Emitting:
-        """What emits to journal ``name`` use, kept from one to the next while
-        its commit record is the same file (the journal was not deleted)."""
-        with self._lock:
-            e = self._emitting.get(name)
-        if e is not None:
-            try:
-                st = os.stat(e.jd.commit_path)
-            except (FileNotFoundError, NotADirectoryError):
-                st = None
-            if st is not None and (st.st_dev, st.st_ino) == e.ident:
-                return e
-            with self._lock:
-                self._emitting.pop(name, None)
-            e.close()
-        from .transient import Ring, meeting_place
-
-        jd = self._dir(name)
-        spec = read_spec(jd)
-        fd = open_commit(jd)
-        place = meeting_place(self._real_root, name)
-        try:
-            st = os.fstat(fd)
-            new = _Emitting(jd, spec, fd, (st.st_dev, st.st_ino), Ring(place))
-        except OSError as err:
-            os.close(fd)
-            raise JournalError(
-                f"cannot emit to {name!r}: {err} (emits go through {place})"
-            ) from err
-        except BaseException:
-            os.close(fd)
-            raise
-        with self._lock:
-            old = self._emitting.pop(name, None)
-            self._emitting[name] = new
-        if old is not None:
-            old.close()
-        return new
+        return self._emitters.emit(name, bytes(data), self._dir)
 
     def listen(self, name: str) -> TransientListener:
         """Start receiving the emits of journal ``name``: a
@@ -642,12 +527,9 @@ class LocalJournalStore(Closing):
                 return
             self._closed = True
             writers = builtins.list(self._writers.values())
-            emitting = builtins.list(self._emitting.values())
-            self._emitting.clear()
         for w in writers:
             w.stop()
-        for e in emitting:
-            e.close()
+        self._emitters.close()
         self._watcher.close()
 
     @property
@@ -770,49 +652,13 @@ class LocalJournalStore(Closing):
             w.forget_after_fork()
         self._lock = threading.Lock()
         self._writers.clear()  # (the same dict: append's router reads it)
+        self._emitters = Emitters(self._real_root)  # (its lock may be held by a thread gone)
         self._watcher.forget_after_fork()
         self._watcher = Watcher()
         weakref.finalize(self, self._watcher.close)
-
-
-@dataclass(slots=True)
-class _Emitting:
-    """What emits to one journal use: its spec, its commit record (for the
-    committed end each emit follows; ``ident`` tells the file), its ring."""
-
-    jd: JournalDir
-    spec: JournalSpec
-    commit_fd: int
-    ident: tuple[int, int]
-    ring: Ring
-
-    def close(self) -> None:
-        os.close(self.commit_fd)
-        self.ring.close()
 
 
 def _initial_record() -> bytes:
     # Slot 0 holds seq 0 (open fragment at 0, nothing committed); slot 1 is
     # zeroed, hence invalid, until the first commit writes seq 1 there.
     return pack_slot(CommitRecord(0, 0, 0)) + bytes(len(pack_slot(CommitRecord(0, 0, 0))))
-
-
-
-
-def _first_hole(
-    frags: builtins.list[Fragment], quarantined: builtins.list[Quarantined],
-    start: int | None, open_begin: int, committed_end: int,
-) -> tuple[int, int] | None:
-    """The first offsets ``[begin, end)`` below ``committed_end`` that no
-    fragment nor quarantine file holds, from the recorded ``start`` on
-    (None: from the first fragment, or the open fragment's begin); None if
-    there is none."""
-    pieces = sorted([(f.begin, f.end) for f in frags] + [(q.begin, q.end) for q in quarantined])
-    at = min(pieces[0][0], open_begin) if pieces else open_begin
-    if start is not None:
-        at = start
-    for begin, end in pieces:
-        if begin > at:
-            return (at, min(begin, committed_end)) if at < committed_end else None
-        at = max(at, end)
-    return (at, committed_end) if at < committed_end else None

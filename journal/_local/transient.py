@@ -59,8 +59,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 from .._closing import Closing
+from .._errors import AppendTooLargeError, JournalError
+from .files import JournalDir, open_commit, read_record, read_spec
 
 if TYPE_CHECKING:
+    from .._spec import JournalSpec
     from .reader import LocalJournalReader
 
 #: The largest emit, in bytes.
@@ -406,3 +409,88 @@ def emit(ring: Ring, head: int, data: bytes) -> int:
     """Write ``data`` (emitted when the journal's committed end was ``head``)
     to the ring and wake every listener; return how many there are."""
     return ring.ring_bells(ring.write(head, data))
+
+
+@dataclass(slots=True)
+class _Emitting:
+    """What emits to one journal use: its spec, its commit record (for the
+    committed end each emit follows; ``ident`` tells the file), its ring."""
+
+    jd: JournalDir
+    spec: JournalSpec
+    commit_fd: int
+    ident: tuple[int, int]
+    ring: Ring
+
+    def close(self) -> None:
+        os.close(self.commit_fd)
+        self.ring.close()
+
+
+class Emitters:
+    """The emits of one ``LocalJournalStore`` (under ``root``): what each
+    journal's use, kept from one emit to the next while its commit record
+    is the same file (the journal was not deleted and made again)."""
+
+    def __init__(self, root: str) -> None:
+        self._root = root
+        self._lock = threading.Lock()
+        self._by_name: dict[str, _Emitting] = {}
+
+    def emit(self, name: str, data: bytes, journal_dir: Callable[[str], JournalDir]) -> int:
+        """See ``LocalJournalStore.emit``; ``journal_dir`` finds a journal's directory."""
+        from .check import frame_cut
+
+        e = self._emitting_to(name, journal_dir)
+        if not data:
+            raise ValueError(f"nothing to emit to {name!r}")
+        if len(data) > MAX_EMIT:
+            raise AppendTooLargeError(name, len(data), MAX_EMIT)
+        if frame_cut(e.spec, data) != len(data):
+            raise ValueError(
+                f"an emit to {name!r} must be whole frames of its framing"
+                f" ({e.spec.content_type}); these {len(data)} bytes are not"
+            )
+        return emit(e.ring, read_record(e.jd, e.commit_fd).end, data)
+
+    def _emitting_to(self, name: str, journal_dir: Callable[[str], JournalDir]) -> _Emitting:
+        with self._lock:
+            e = self._by_name.get(name)
+        if e is not None:
+            try:
+                st = os.stat(e.jd.commit_path)
+            except (FileNotFoundError, NotADirectoryError):
+                st = None
+            if st is not None and (st.st_dev, st.st_ino) == e.ident:
+                return e
+            with self._lock:
+                self._by_name.pop(name, None)
+            e.close()
+        jd = journal_dir(name)
+        spec = read_spec(jd)
+        fd = open_commit(jd)
+        place = meeting_place(self._root, name)
+        try:
+            st = os.fstat(fd)
+            new = _Emitting(jd, spec, fd, (st.st_dev, st.st_ino), Ring(place))
+        except OSError as err:
+            os.close(fd)
+            raise JournalError(
+                f"cannot emit to {name!r}: {err} (emits go through {place})"
+            ) from err
+        except BaseException:
+            os.close(fd)
+            raise
+        with self._lock:
+            old = self._by_name.pop(name, None)
+            self._by_name[name] = new
+        if old is not None:
+            old.close()
+        return new
+
+    def close(self) -> None:
+        with self._lock:
+            emitting = list(self._by_name.values())
+            self._by_name.clear()
+        for e in emitting:
+            e.close()
