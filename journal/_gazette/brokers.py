@@ -32,6 +32,7 @@ from .._errors import (
 )
 from . import broker_pb2 as pb
 from .auth import CAP_APPEND, CAP_APPLY, CAP_LIST, CAP_READ, KeyedAuth, journal_selector
+from .security import Security
 
 LOG: Final = logging.getLogger("journal")
 
@@ -161,23 +162,6 @@ def check_address(address: str) -> str:
 
 def _as_is(data: bytes) -> bytes:
     return data
-
-
-@dataclass(frozen=True, slots=True)
-class Security:
-    """How a client checks the brokers and proves itself to them: the PEM
-    bytes of the CA it trusts (None: the system's) and of its own
-    certificate and key (mutual TLS), and the authorizations it signs."""
-
-    trusted_ca: bytes | None = None
-    cert: bytes | None = None
-    key: bytes | None = None
-    auth: KeyedAuth | None = None
-
-    def credentials(self) -> grpc.ChannelCredentials:
-        return grpc.ssl_channel_credentials(
-            root_certificates=self.trusted_ca, private_key=self.key, certificate_chain=self.cert
-        )
 
 
 class Stub:

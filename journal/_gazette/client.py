@@ -26,7 +26,6 @@ import builtins
 import contextlib
 import logging
 import os
-import re
 import threading
 import time
 import weakref
@@ -55,18 +54,17 @@ from .._util import age_seconds, check_offsets
 from . import broker_pb2 as pb
 from . import wire
 from .appender import GazetteAppender
-from .auth import KeyedAuth
 from .brokers import (
     ROUTING_STATUSES,
     Brokers,
     JournalRoute,
-    Security,
     Stub,
     backoff,
     refusal,
     status_error,
 )
 from .reader import GazetteReader
+from .security import security_of
 
 #: Where a client connects when given no address and no ``BROKER_ADDRESS``.
 DEFAULT_BROKER_ADDRESS: Final = "http://localhost:8080"
@@ -644,7 +642,7 @@ class GazetteClient(Closing):
         directory = os.path.join(self.file_root, *name.split("/"))
         with contextlib.suppress(FileNotFoundError, NotADirectoryError):
             for entry in os.scandir(directory):
-                if entry.is_file(follow_symlinks=False) and _CONTENT_NAME.fullmatch(entry.name):
+                if entry.is_file(follow_symlinks=False) and wire.CONTENT_NAME.fullmatch(entry.name):
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(entry.path)
 
@@ -674,20 +672,7 @@ class GazetteClient(Closing):
             raise
 
     def _fragment(self, name: str, f: pb.Fragment) -> Fragment:
-        url = ""
-        if f.backing_store:
-            # Gazette's Fragment.ContentPath, under the store's URL.
-            content = f"{f.begin:016x}-{f.end:016x}-{_sha1_hex(f.sum)}{_EXT[f.compression_codec]}"
-            postfix = f"{f.path_postfix}/" if f.path_postfix else ""
-            store = f.backing_store if f.backing_store.endswith("/") else f.backing_store + "/"
-            url = f"{store}{name}/{postfix}{content}"
-        path = url
-        if url.startswith("file://") and self.file_root is not None:
-            path = os.path.join(self.file_root, url[len("file://") :].lstrip("/"))
-        return Fragment(
-            name, f.begin, f.end, path, bool(f.backing_store), float(f.mod_time),
-            _sha1_bytes(f.sum),
-        )
+        return wire.fragment_of(name, f, self.file_root)
 
     def _after_fork_in_child(self) -> None:
         """A forked child has none of our threads, and gRPC channels do not
@@ -699,61 +684,3 @@ class GazetteClient(Closing):
             self.address, retry_timeout=self._brokers.retry_timeout,
             rpc_timeout=self._brokers.rpc_timeout,
         )
-
-
-# Gazette's content name of a fragment file: begin-end-sha1 and its extension.
-_CONTENT_NAME: Final = re.compile(r"[0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{40}(\.[a-z]+)?")
-# Gazette's fragment file extensions by codec (broker/codecs).
-_EXT: Final = {
-    pb.INVALID: ".raw",
-    pb.NONE: ".raw",
-    pb.GZIP: ".gz",
-    pb.ZSTANDARD: ".zst",
-    pb.SNAPPY: ".sz",
-    pb.GZIP_OFFLOAD_DECOMPRESSION: "",
-}
-
-
-def _sha1_bytes(s: pb.SHA1Sum) -> bytes:
-    return s.part1.to_bytes(8, "big") + s.part2.to_bytes(8, "big") + s.part3.to_bytes(4, "big")
-
-
-def _sha1_hex(s: pb.SHA1Sum) -> str:
-    return _sha1_bytes(s).hex()
-
-
-
-
-def security_of(
-    trusted_ca_file: str | os.PathLike[str] | None,
-    cert_file: str | os.PathLike[str] | None,
-    cert_key_file: str | os.PathLike[str] | None,
-    auth_keys: str | None,
-    auth_token_ttl: float,
-) -> Security:
-    """The client's TLS files and authorizations, each from its argument or,
-    left out, from the environment as ``gazctl`` reads it."""
-    env = os.environ
-
-    def read(what: str, path: str | os.PathLike[str] | None, var: str) -> bytes | None:
-        path = path if path is not None else env.get(var) or None
-        if path is None:
-            return None
-        try:
-            with open(path, "rb") as f:
-                return f.read()
-        except OSError as exc:
-            raise ValueError(f"{what} {os.fspath(path)!r}: {exc.strerror or exc}") from None
-
-    cert = read("cert_file", cert_file, "BROKER_CERT_FILE")
-    key = read("cert_key_file", cert_key_file, "BROKER_CERT_KEY_FILE")
-    if (cert is None) != (key is None):
-        raise ValueError("give cert_file and cert_key_file together (a client certificate"
-                         " and its key), or neither")
-    keys = auth_keys if auth_keys is not None else env.get("BROKER_AUTH_KEYS") or None
-    return Security(
-        trusted_ca=read("trusted_ca_file", trusted_ca_file, "BROKER_TRUSTED_CA_FILE"),
-        cert=cert,
-        key=key,
-        auth=KeyedAuth(keys, ttl=auth_token_ttl) if keys else None,
-    )

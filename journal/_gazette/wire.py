@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Final
@@ -9,7 +11,7 @@ from typing import Final
 from google.protobuf.duration_pb2 import Duration
 
 from .._labels import LabelSelector, LabelSet
-from .._spec import JournalSpec
+from .._spec import Fragment, JournalSpec
 from . import broker_pb2 as pb
 
 #: Codec names accepted by ``GazetteClient(compression=...)``.
@@ -130,3 +132,42 @@ def to_timedelta(value: float | timedelta | None) -> timedelta | None:
     if value is None or isinstance(value, timedelta):
         return value
     return timedelta(seconds=float(value))
+
+
+# Gazette's content name of a fragment file: begin-end-sha1 and its extension.
+CONTENT_NAME: Final = re.compile(r"[0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{40}(\.[a-z]+)?")
+# Gazette's fragment file extensions by codec (broker/codecs).
+_EXT: Final = {
+    pb.INVALID: ".raw",
+    pb.NONE: ".raw",
+    pb.GZIP: ".gz",
+    pb.ZSTANDARD: ".zst",
+    pb.SNAPPY: ".sz",
+    pb.GZIP_OFFLOAD_DECOMPRESSION: "",
+}
+
+
+def _sha1_bytes(s: pb.SHA1Sum) -> bytes:
+    return s.part1.to_bytes(8, "big") + s.part2.to_bytes(8, "big") + s.part3.to_bytes(4, "big")
+
+
+def _sha1_hex(s: pb.SHA1Sum) -> str:
+    return _sha1_bytes(s).hex()
+
+
+def fragment_of(name: str, f: pb.Fragment, file_root: str | None) -> Fragment:
+    """The ``Fragment`` of journal ``name`` that the brokers list as ``f``:
+    its URL in the backing store (Gazette's ``Fragment.ContentPath`` under
+    the store's URL), a local path for a ``file://`` store under
+    ``file_root``."""
+    url = ""
+    if f.backing_store:
+        content = f"{f.begin:016x}-{f.end:016x}-{_sha1_hex(f.sum)}{_EXT[f.compression_codec]}"
+        postfix = f"{f.path_postfix}/" if f.path_postfix else ""
+        store = f.backing_store if f.backing_store.endswith("/") else f.backing_store + "/"
+        url = f"{store}{name}/{postfix}{content}"
+    path = url
+    if url.startswith("file://") and file_root is not None:
+        path = os.path.join(file_root, url[len("file://") :].lstrip("/"))
+    return Fragment(name, f.begin, f.end, path, bool(f.backing_store), float(f.mod_time),
+                    _sha1_bytes(f.sum))
