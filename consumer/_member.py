@@ -169,7 +169,10 @@ class Member:
             raise ValueError(f"lease_ttl must be a whole number of seconds, at least"
                              f" {MIN_LEASE_TTL}, not {lease_ttl!r}")
         self._owns_etcd = isinstance(etcd, str)
-        self._etcd = EtcdClient(etcd) if isinstance(etcd, str) else etcd
+        # A call to etcd must fail well within a renewal period (a third of
+        # the TTL), so that a lease is given up in time when etcd hangs.
+        self._etcd = EtcdClient(etcd, timeout=min(5.0, max(0.5, lease_ttl / 3))) \
+            if isinstance(etcd, str) else etcd
         self._group = ShardGroup(self._etcd, prefix)
         self.host = host or socket.gethostname()
         self.id = member_id or f"{self.host}-{os.getpid()}-{os.urandom(3).hex()}"

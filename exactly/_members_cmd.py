@@ -80,14 +80,15 @@ def add_member_commands(shards_sub: Any, sub: Any,
     sv.set_defaults(func=cmd_serve)
 
 
-def _group(args: argparse.Namespace) -> Any:
+def _group(args: argparse.Namespace, timeout: float = 5.0) -> Any:
     from consumer import DEFAULT_ETCD_PREFIX, EtcdClient, ShardGroup
 
     if not args.etcd:
         raise UsageError("name etcd: --etcd URL, or $ETCD_ADDRESS")
     prefix = args.etcd_prefix or os.environ.get("EXACTLY_ETCD_PREFIX") or DEFAULT_ETCD_PREFIX
     try:
-        etcd = EtcdClient(args.etcd, trusted_ca_file=args.etcd_trusted_ca_file or None,
+        etcd = EtcdClient(args.etcd, timeout=timeout,
+                          trusted_ca_file=args.etcd_trusted_ca_file or None,
                           cert_file=args.etcd_cert_file or None,
                           cert_key_file=args.etcd_cert_key_file or None)
     except ValueError as exc:
@@ -209,7 +210,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     app = load_app(args.app)
-    group = _group(args)
+    ttl = args.lease_ttl or DEFAULT_LEASE_TTL
+    # A call to etcd fails well within a renewal period (a third of the TTL).
+    group = _group(args, timeout=min(5.0, max(0.5, ttl / 3)))
     try:
         group.view()  # etcd answers, and the prefix reads: say so now if not
     except BaseException:
@@ -225,7 +228,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         with open_store(args, must_exist=False, service=True) as client:
             member = Member(client, app, group.etcd, prefix=group.prefix,
-                            lease_ttl=args.lease_ttl or DEFAULT_LEASE_TTL,
+                            lease_ttl=ttl,
                             member_id=args.member_id, host=args.host)
             logging.getLogger("consumer.member").info(
                 "serving %s as member %s of %s at %s", args.app, member.id, group.prefix,

@@ -42,15 +42,24 @@ class Unavailable(Exception):  # noqa: N818 -- a reason, not an error
 
 
 def start_cluster(workdir: Path, brokers: int = 3) -> GazetteCluster:
-    """A local cluster of ``brokers`` for a benchmark (``Unavailable`` if none can be had)."""
+    """A local cluster of ``brokers`` for a benchmark (``Unavailable`` if none
+    can be had). Its brokers hold etcd leases of 10 s, not the local
+    cluster's 3: on a loaded machine a 3 s lease can lapse (and its broker
+    exit) while the benchmark runs, and no broker is killed here. A cluster
+    that fails to start is tried once more, in a fresh directory."""
     from exactly.localcluster import ClusterError, GazetteCluster, ensure_binaries
 
     try:
         binaries = ensure_binaries()
-        return GazetteCluster(workdir, brokers=brokers, binaries=binaries,
-                              log_level="warn").start()
     except ClusterError as exc:
         raise Unavailable(str(exc).splitlines()[0]) from None
+    for attempt in range(2):
+        try:
+            return GazetteCluster(workdir / f"try-{attempt}", brokers=brokers,
+                                  binaries=binaries, etcd_lease=10, log_level="warn").start()
+        except ClusterError as exc:
+            failure = exc
+    raise Unavailable(str(failure)) from None
 
 
 def run(scale: float) -> list[Result]:

@@ -36,8 +36,9 @@ NDJSON = {"content-type": "application/x-ndjson"}
 def _cluster(workdir: Path, **kw: Any) -> GazetteCluster:
     from exactly.localcluster import GazetteCluster, ensure_binaries
 
+    # Leases of 10 s, as bench_broker.start_cluster says why.
     return GazetteCluster(workdir, brokers=3, binaries=ensure_binaries(), log_level="warn",
-                          **kw).start()
+                          etcd_lease=10, **kw).start()
 
 
 def _tls_rows(base: Path, n: int) -> list[Result]:
