@@ -477,6 +477,14 @@ message_uuid(UuidOf *u, PyObject *msg, uint64_t *hi, uint64_t *lo)
             if (s != NULL && parse_uuid36(s, hi, lo)) {
                 return 0;
             }
+            if (s == Py_None || (s == NULL && !PyErr_Occurred())) {
+                *hi = *lo = 0; /* {"uuid": null}, or no "uuid": no UUID (0), as json_uuid_int */
+                return 0;
+            }
+        }
+        else if (meta == NULL && !PyErr_Occurred()) {
+            *hi = *lo = 0; /* no "_meta": no UUID (0), as json_uuid_int */
+            return 0;
         }
         if (PyErr_Occurred()) {
             return -1;
