@@ -25,13 +25,13 @@ from ._latest import COMMIT_ORDER as COMMIT_ORDER
 from ._latest import latest_by_key as latest_by_key
 from ._latest import materialize_latest as materialize_latest
 from ._metrics import StreamingMetrics as StreamingMetrics
+from ._recover import recover as recover
 from ._register import cluster_session as cluster_session
 from ._register import local_session as local_session
 from ._register import register as register
 from ._source import JournalDataSource as JournalDataSource
 from ._stores import StoreOptions as StoreOptions
 from ._stream_offsets import committed_position as committed_position
-from ._write import recover as recover
 
 __all__ = [
     "register", "local_session", "cluster_session", "JournalDataSource", "StoreOptions", "recover",

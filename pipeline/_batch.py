@@ -38,6 +38,7 @@ from ._options import (
     content_spec,
     uuid_path_option,
 )
+from ._recover import recover
 from ._scan import READ_COMMITTED, READ_UNCOMMITTED, read_journal
 from ._stores import StoreOptions, select_journals
 from ._write import (
@@ -47,7 +48,6 @@ from ._write import (
     commit_job,
     iter_batches,
     publish_rows,
-    recover,
     start_job,
 )
 

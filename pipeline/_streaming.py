@@ -25,6 +25,7 @@ from pyspark.sql.types import StructType
 
 from ._batch import _batches, _create_target_journal, _Published, _target
 from ._options import _conform, _include_acks, _max_bytes_per_trigger, _starting_time, content_spec
+from ._recover import recover
 from ._scan import READ_COMMITTED
 from ._sink import commit_stream_batch, sink_id_of, sink_job
 from ._stores import StoreOptions, select_journals
@@ -41,7 +42,6 @@ from ._write import (
     abort_job,
     iter_batches,
     publish_rows,
-    recover,
     start_job,
 )
 

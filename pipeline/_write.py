@@ -543,23 +543,6 @@ def abort_job(
     return len(rollbacks)
 
 
-def recover(store: JournalStore | str) -> int:
-    """Write the ACK intents of commits that a driver which died while
-    committing left in ``store`` (a client, or a store directory); returns
-    how many intents were written."""
-    if isinstance(store, str):
-        with StoreOptions.of({"root": store}).open(create=True) as client:
-            return recover(client)
-    from ._sink import _SinkState  # (it builds on this module)
-
-    n = JournalIntentLog.recover_all(store, INTENTS)
-    for spec in store.list(f"prefix={SINKS}"):
-        n += _SinkState(store, spec.name[len(SINKS):]).recover()
-    if n:
-        log.warning("re-wrote %d ACK intents of an interrupted commit", n)
-    return n
-
-
 def iter_batches(iterator: Iterator[Any]) -> Iterator[pa.RecordBatch]:
     """Spark's writer input as Arrow batches (it gives batches, or Rows)."""
     rows: list[dict[str, Any]] = []

@@ -35,6 +35,7 @@ from message import (
     proto_message_type,
 )
 from message.arrow import ArrowContent
+from pipeline import recover
 from pipeline._scan import read_journal
 from pipeline._sink import commit_stream_batch, sink_job
 from pipeline._stream_offsets import encode_states, read_range, sequence_range, states_of
@@ -46,7 +47,6 @@ from pipeline._write import (
     attempts_journal,
     commit_job,
     publish_rows,
-    recover,
     start_job,
 )
 from tests import examples_pb2
