@@ -299,7 +299,12 @@ def test_a_member_paused_past_its_lease_is_fenced_and_rejoins(
             b = members.start()
             wait_for("b holding its share", lambda: sum(
                 c.member == b for c in group.view().claims.values()) == 2, timeout=30)
-            feeder = feed(client, pipe.sources, rounds=6, each=200, stop=stop)
+            # A backlog of several seconds for each shard (10 ms a message):
+            # paused while it lasts, the member has a transaction open, or
+            # opens one as soon as it resumes.
+            make_input(client, pipe.sources, 1200, seed=11)
+            client.flush()
+            feeder = feed(client, pipe.sources, rounds=2, each=100, stop=stop)
             time.sleep(1.0)
             members.kill(a, signal.SIGSTOP)
             wait_for("b serving all", lambda: all(
