@@ -80,3 +80,10 @@ class Application(abc.ABC):
     ) -> None:
         """Called once a transaction has consumed its last message, before the
         commit: write what was kept in memory, publish what sums it up."""
+
+
+def check_application(app: object) -> None:
+    """Raise ``TypeError`` unless ``app`` has the methods an application must."""
+    for name in ("new_store", "new_message", "consume_message"):
+        if not callable(getattr(app, name, None)):
+            raise TypeError(f"the application has no {name}() method")

@@ -35,7 +35,6 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Self, final
 
 import mmh3
@@ -44,7 +43,7 @@ import orjson
 from ._errors import EtcdError, FencedError, StoreError
 from ._etcd import EtcdClient, Watch
 from ._group import DEFAULT_ETCD_PREFIX, GroupView, ShardGroup, quotas
-from ._interfaces import Application
+from ._interfaces import Application, check_application
 from ._json_store import JSONFileStore
 from ._sql_store import SQLiteStore
 from ._txn import ShardLoop
@@ -52,8 +51,7 @@ from ._txn import ShardLoop
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from journal import JournalClient, JournalSpec
-    from message import Envelope, Message, Publisher
+    from journal import JournalClient
 
     from ._interfaces import Store
     from ._shard import Shard, ShardSpec
@@ -82,39 +80,6 @@ def store_home(store: Store) -> tuple[str, str] | None:
         return "SQLiteStore", store.path
     path = getattr(store, "local_path", None)
     return (type(store).__name__, os.fspath(path)) if path is not None else None
-
-
-class _HomeCheck(Application):
-    """The application as a member runs it: its store, when it is on local
-    disk, is checked against where the shard's store was first opened."""
-
-    def __init__(self, app: Application, member: Member) -> None:
-        self._app = app
-        self._member = member
-
-    def new_store(self, shard: Shard) -> Store:
-        store = self._app.new_store(shard)
-        try:
-            self._member.check_home(shard, store)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                store.close()
-            raise
-        return store
-
-    def new_message(self, spec: JournalSpec) -> Message:
-        return self._app.new_message(spec)
-
-    def consume_message(
-        self, shard: Shard, store: Store, envelope: Envelope, publisher: Publisher
-    ) -> None:
-        self._app.consume_message(shard, store, envelope, publisher)
-
-    def begin_txn(self, shard: Shard, store: Store) -> None:
-        self._app.begin_txn(shard, store)
-
-    def finalize_txn(self, shard: Shard, store: Store, publisher: Publisher) -> None:
-        self._app.finalize_txn(shard, store, publisher)
 
 
 class _Served:
@@ -161,9 +126,7 @@ class Member:
         poll: float | None = None,
         retry_failed: float = 10.0,
     ) -> None:
-        for name in ("new_store", "new_message", "consume_message"):
-            if not callable(getattr(app, name, None)):
-                raise TypeError(f"the application has no {name}() method")
+        check_application(app)
         if isinstance(lease_ttl, bool) or not isinstance(lease_ttl, int) or \
                 lease_ttl < MIN_LEASE_TTL:
             raise ValueError(f"lease_ttl must be a whole number of seconds, at least"
@@ -179,7 +142,7 @@ class Member:
         if "/" in self.id or not self.id.strip():
             raise ValueError(f"member_id {self.id!r}: no '/', not empty")
         self._client = client
-        self._app = _HomeCheck(app, self)
+        self._app = app
         self._ttl = lease_ttl
         self._poll = poll if poll is not None else min(1.0, lease_ttl / 10)
         self._retry_failed = retry_failed
@@ -478,21 +441,17 @@ class Member:
             return False
         revision = int(resp.header.revision)
         self._unclaimed_since.pop(shard, None)
-        holder: list[ShardLoop] = []
-        loop = ShardLoop(self._client, self._app, spec, self._finished_wakes(holder))
-        holder.append(loop)
+        def progressed() -> None:
+            if loop.finished:
+                self._wake.set()  # reap it now, not at the next poll
+
+        loop = ShardLoop(self._client, self._app, spec, progressed, check_store=self.check_home)
         with self._lock:
             self._served[shard] = _Served(loop, revision)
         self.history.append(("claimed", shard, revision))
         log.info("member %s claimed shard %s (revision %d)", self.id, shard, revision)
         loop.start()
         return True
-
-    def _finished_wakes(self, holder: list[ShardLoop]) -> Callable[[], None]:
-        def progressed() -> None:
-            if holder and holder[0].finished:
-                self._wake.set()
-        return progressed
 
     def check_home(self, shard: Shard, store: Store) -> None:
         """Refuse (``StoreElsewhereError``) a store on local disk that the shard

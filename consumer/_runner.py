@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Self, final
 
 from journal import JournalError
 
+from ._interfaces import check_application
 from ._shard import ShardSpec
 from ._txn import ShardLoop
 
@@ -50,9 +51,7 @@ class Runner:
         dup = sorted({i for i in ids if ids.count(i) > 1})
         if dup:
             raise ValueError(f"shard ids must be unique: {', '.join(dup)} given twice")
-        for name in ("new_store", "new_message", "consume_message"):
-            if not callable(getattr(app, name, None)):
-                raise TypeError(f"the application has no {name}() method")
+        check_application(app)
         self._client = client
         self._app = app
         self._specs = specs

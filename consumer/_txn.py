@@ -88,12 +88,16 @@ class ShardLoop:
         app: Application,
         spec: ShardSpec,
         on_progress: Callable[[], None],
+        check_store: Callable[[Shard, Store], None] | None = None,
     ) -> None:
         self.spec = spec
         self.shard = Shard(spec, client)
         self._client = client
         self._app = app
         self._on_progress = on_progress
+        # Checks the store the application opened before its checkpoint is
+        # restored (a Member: that the store can be reached from this host).
+        self._check_store = check_store
         # Wakes the shard waiting for input: a source grew, one failed, stop.
         self._cond = threading.Condition()
         self._failure: tuple[str, BaseException] | None = None
@@ -165,6 +169,8 @@ class ShardLoop:
     def _serve(self) -> None:
         spec, shard, app = self.spec, self.shard, self._app
         store = self._store = app.new_store(shard)
+        if self._check_store is not None:
+            self._check_store(shard, store)  # (raising, the store is closed on the way out)
         cp = _restore(store, shard)
         self._recover(cp)
         # A Publisher of this start of the shard: a fresh producer ID, and
