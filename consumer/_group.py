@@ -17,13 +17,14 @@ TTL, and its shards are claimed by others.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
+
+from journal import parse_duration
 
 from ._errors import ConsumerError
 from ._etcd import EtcdClient
@@ -33,8 +34,6 @@ from ._shard import ShardSpec
 DEFAULT_ETCD_PREFIX: Final = "/exactly/consumer"
 #: etcd's default --max-txn-ops: larger applies are cut into transactions of this many.
 _MAX_TXN_OPS: Final = 128
-_DURATION: Final = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
-_UNITS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 class SpecFileError(ConsumerError):
@@ -117,16 +116,15 @@ def spec_to_json(spec: ShardSpec) -> bytes:
 
 def _seconds(value: Any, field: str) -> float:
     """A number of seconds, or a duration such as ``500ms``, ``2s``, ``1m30s``."""
-    if isinstance(value, bool):
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(f"{field} must be a number of seconds or a duration such as 2s")
-    if isinstance(value, int | float):
-        return float(value)
     if isinstance(value, str):
-        text = value.strip()
-        parts = _DURATION.findall(text)
-        if parts and "".join(n + u for n, u in parts) == text:
-            return sum(float(n) * _UNITS[u] for n, u in parts)
-    raise ValueError(f"{field}: {value!r} is not a number of seconds or a duration such as 2s")
+        try:
+            return parse_duration(value)
+        except ValueError:
+            raise ValueError(f"{field}: {value!r} is not a number of seconds or a duration"
+                             " such as 2s") from None
+    return float(value)
 
 
 def spec_from_mapping(doc: Mapping[str, Any]) -> ShardSpec:

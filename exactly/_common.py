@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -95,11 +94,13 @@ def non_negative(text: str) -> int:
 
 
 def parse_duration(text: str) -> float:
-    """Seconds of ``90``, ``90s``, ``15m``, ``2h`` or ``7d``."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if not m:
-        raise UsageError(f"not a duration: {text!r} (use e.g. 90s, 15m, 2h, 7d)")
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    """Seconds of ``90``, ``90s``, ``15m``, ``2h``, ``7d`` (``journal.parse_duration``)."""
+    from journal import parse_duration as seconds_of
+
+    try:
+        return seconds_of(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def parse_time(text: str) -> int:

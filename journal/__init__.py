@@ -63,6 +63,7 @@ from ._spec import check_content_type as check_content_type
 from ._spec import validate_journal_name as validate_journal_name
 from ._tracking import PendingAppends as PendingAppends
 from ._tracking import TrackingClient as TrackingClient
+from ._util import parse_duration as parse_duration
 from ._watched import WatchedList as WatchedList
 
 if _typing.TYPE_CHECKING:
@@ -114,6 +115,7 @@ __all__ = [
     "Closing",
     "JournalProblem",
     "CONTENT_TYPE_LABEL",
+    "parse_duration",
     # Contracts
     "JournalClient",
     "JournalStore",

@@ -996,3 +996,15 @@ def test_append_futures_fall_back_to_the_plain_way_on_another_future_layout(
                        capture_output=True, text=True, timeout=120,
                        cwd=Path(__file__).resolve().parents[2])
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+
+def test_parse_duration_reads_what_people_and_gazette_write() -> None:
+    """journal.parse_duration: the one reader of durations (the command
+    line's --older-than, shard spec files)."""
+    from journal import parse_duration
+
+    assert [parse_duration(t) for t in ("90", "0.5", "500ms", "15m", "1m30s", " 2 h ", "7d",
+                                        ".5s")] == [90, 0.5, 0.5, 900, 90, 7200, 604800, 0.5]
+    for bad in ("", "-1", "soon", "1x", "nan", "inf", "1e3", "15m x", "m"):
+        with pytest.raises(ValueError, match="not a duration"):
+            parse_duration(bad)
