@@ -29,13 +29,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from consumer import Application, Shard, SQLiteStore, Store
 from exactly.benchmarks._harness import Result
+from message import Envelope, JsonDocument, Publisher
 
 if TYPE_CHECKING:
-    from consumer import Shard, Store
     from exactly.localcluster import GazetteCluster
     from journal import JournalSpec
-    from message import Envelope, JsonDocument, Publisher
 
 NDJSON = {"content-type": "application/x-ndjson"}
 SHARDS = 8
@@ -44,43 +44,36 @@ MAX_TXN = 0.2  # each shard's max_txn_duration (seconds)
 _DIR = "EXACTLY_BENCH_MEMBERS_DIR"
 
 
-def _app_class() -> type[Any]:
-    from consumer import Application, SQLiteStore
-    from message import JsonDocument
+class BenchApp(Application):
+    """Counts each shard's messages in a SQLite store, and prints
+    ``committing SHARD UNIX_TIME`` as each transaction ends."""
 
-    class BenchApp(Application):
-        """Counts each shard's messages in a SQLite store, and prints
-        ``committing SHARD UNIX_TIME`` as each transaction ends."""
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
 
-        def new_store(self, shard: Shard) -> Store:
-            store = SQLiteStore(Path(os.environ[_DIR]) / f"{shard.id}.db")
-            store.connection.execute(
-                "CREATE TABLE IF NOT EXISTS n (k INTEGER PRIMARY KEY, n INTEGER NOT NULL)")
-            store.connection.commit()
-            self._counts: dict[str, int] = getattr(self, "_counts", {})
-            self._counts.setdefault(shard.id, 0)
-            return store
+    def new_store(self, shard: Shard) -> Store:
+        store = SQLiteStore(Path(os.environ[_DIR]) / f"{shard.id}.db")
+        store.connection.execute(
+            "CREATE TABLE IF NOT EXISTS n (k INTEGER PRIMARY KEY, n INTEGER NOT NULL)")
+        store.connection.commit()
+        self._counts[shard.id] = 0
+        return store
 
-        def new_message(self, spec: JournalSpec) -> JsonDocument:
-            return JsonDocument()
+    def new_message(self, spec: JournalSpec) -> JsonDocument:
+        return JsonDocument()
 
-        def consume_message(self, shard: Shard, store: Store, envelope: Envelope,
-                            publisher: Publisher) -> None:
-            self._counts[shard.id] += 1
+    def consume_message(self, shard: Shard, store: Store, envelope: Envelope,
+                        publisher: Publisher) -> None:
+        self._counts[shard.id] += 1
 
-        def finalize_txn(self, shard: Shard, store: Store, publisher: Publisher) -> None:
-            assert isinstance(store, SQLiteStore)
-            store.connection.execute(
-                "INSERT INTO n (k, n) VALUES (0, ?) ON CONFLICT (k) DO UPDATE SET n = n.n + ?",
-                (self._counts[shard.id], self._counts[shard.id]))
-            self._counts[shard.id] = 0
-            print(f"committing {shard.id} {time.time():.3f}", flush=True)
-
-    return BenchApp
-
-
-def BenchApp() -> Any:  # noqa: N802 -- `exactly serve` names it as it would a class
-    return _app_class()()
+    def finalize_txn(self, shard: Shard, store: Store, publisher: Publisher) -> None:
+        assert isinstance(store, SQLiteStore)
+        n = self._counts[shard.id]
+        store.connection.execute(
+            "INSERT INTO n (k, n) VALUES (0, ?) ON CONFLICT (k) DO UPDATE SET n = n.n + ?",
+            (n, n))
+        self._counts[shard.id] = 0
+        print(f"committing {shard.id} {time.time():.3f}", flush=True)
 
 
 def _commits(log: Path) -> list[tuple[str, float]]:
