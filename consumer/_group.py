@@ -17,6 +17,7 @@ TTL, and its shards are claimed by others.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -248,8 +249,8 @@ class ShardGroup:
         in one etcd transaction (of at most 128 changes each); return what
         happened to each shard: ``created``, ``updated``, ``unchanged``,
         ``deleted`` or ``absent`` (deleted, but there was no such shard)."""
-        ids = [s.id for s in specs]
-        twice = sorted({i for i in [*ids, *delete] if [*ids, *delete].count(i) > 1})
+        named = Counter([*(s.id for s in specs), *delete])
+        twice = sorted(i for i, n in named.items() if n > 1)
         if twice:
             raise ValueError(f"shard {twice[0]} is named twice")
         current = self.view().specs

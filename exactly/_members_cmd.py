@@ -14,7 +14,7 @@ import logging
 import os
 import signal
 import sys
-import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -218,7 +218,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except BaseException:
         group.etcd.close()
         raise
-    stop = threading.Event()
     asked: list[int] = []
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -236,7 +235,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             member.start()
             try:
                 while not asked:
-                    stop.wait(0.2)
+                    time.sleep(0.2)
             finally:
                 logging.getLogger("consumer.member").info(
                     "stopping (%s): each shard commits its open transaction",

@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 
 from .._closing import Closing
 from .._errors import AppendTooLargeError, JournalError
+from .check import frame_cut
 from .files import JournalDir, open_commit, read_record, read_spec
 
 if TYPE_CHECKING:
@@ -439,8 +440,6 @@ class Emitters:
 
     def emit(self, name: str, data: bytes, journal_dir: Callable[[str], JournalDir]) -> int:
         """See ``LocalJournalStore.emit``; ``journal_dir`` finds a journal's directory."""
-        from .check import frame_cut
-
         e = self._emitting_to(name, journal_dir)
         if not data:
             raise ValueError(f"nothing to emit to {name!r}")
