@@ -37,14 +37,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import io
 import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final
-
-from framing import FramingError, UnknownContentTypeError, framing_by_content_type
 
 from .._errors import CorruptJournalError, JournalError, JournalNotFoundError
 from .._spec import JournalSpec, sealed_name
@@ -77,6 +74,7 @@ from .fragment import (
     SPEC_FILE,
     CommitRecord,
     damaged_slot,
+    frame_cut,
     open_name,
     pack_slot,
     parse_open_name,
@@ -176,24 +174,6 @@ def _list(jd: JournalDir) -> _Listing:
     out.sealed.sort(key=lambda p: (p.begin, p.end))
     out.quarantined.sort(key=lambda q: (q.begin, q.end))
     return out
-
-
-def frame_cut(spec: JournalSpec | None, data: bytes) -> int:
-    """The length of the longest prefix of ``data`` made of whole frames of
-    the journal's framing (all of it when the framing is unknown: then any
-    byte may end an append)."""
-    try:
-        f = framing_by_content_type((spec.content_type if spec else None) or "")
-    except UnknownContentTypeError:
-        return len(data)
-    read_frames = getattr(f, "read_frames", None)
-    if read_frames is None:
-        return len(data)
-    cut = 0
-    with contextlib.suppress(FramingError):
-        for _, end, _ in read_frames(io.BytesIO(data)):
-            cut = end
-    return cut
 
 
 class _Checker:

@@ -1,4 +1,4 @@
-"""Fragments and the commit record: the pure (I/O-free) half of the local store.
+"""Fragments, the commit record and whole frames: the pure (I/O-free) half of the local store.
 
 A journal's content is a sequence of fragments, each holding the bytes
 ``[begin, end)``. A sealed fragment is named the way Gazette names persisted
@@ -20,14 +20,24 @@ other one::
 
 The valid slot with the larger ``seq`` wins. Bytes of the open fragment past
 ``end - begin`` are not committed and are never read.
+
+``frame_cut`` says how much of some bytes is whole frames of a journal's
+framing: what an append, an emit or a repair may keep.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import struct
 import zlib
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
+
+from framing import FramingError, UnknownContentTypeError, framing_by_content_type
+
+if TYPE_CHECKING:
+    from .._spec import JournalSpec
 
 OPEN_PREFIX: Final = "@open-"
 COMMIT_FILE: Final = "@commit"
@@ -167,3 +177,21 @@ def parse_open_name(name: str) -> int | None:
     """The begin offset of an open fragment file name, or None."""
     m = _OPEN_RE.fullmatch(name)
     return int(m[1], 16) if m else None
+
+
+def frame_cut(spec: JournalSpec | None, data: bytes) -> int:
+    """The length of the longest prefix of ``data`` made of whole frames of
+    the journal's framing (all of it when the framing is unknown: then any
+    byte may end an append)."""
+    try:
+        f = framing_by_content_type((spec.content_type if spec else None) or "")
+    except UnknownContentTypeError:
+        return len(data)
+    read_frames = getattr(f, "read_frames", None)
+    if read_frames is None:
+        return len(data)
+    cut = 0
+    with contextlib.suppress(FramingError):
+        for _, end, _ in read_frames(io.BytesIO(data)):
+            cut = end
+    return cut

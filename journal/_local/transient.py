@@ -60,8 +60,8 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 
 from .._closing import Closing
 from .._errors import AppendTooLargeError, JournalError
-from .check import frame_cut
 from .files import JournalDir, open_commit, read_record, read_spec
+from .fragment import frame_cut
 
 if TYPE_CHECKING:
     from .._spec import JournalSpec
