@@ -73,6 +73,9 @@ from ._errors import FencedError as FencedError
 from ._errors import StoreError as StoreError
 from ._etcd import EtcdClient as EtcdClient
 from ._group import DEFAULT_ETCD_PREFIX as DEFAULT_ETCD_PREFIX
+from ._group import Claim as Claim
+from ._group import GroupView as GroupView
+from ._group import MemberInfo as MemberInfo
 from ._group import ShardGroup as ShardGroup
 from ._group import SpecFileError as SpecFileError
 from ._group import read_spec_file as read_spec_file
@@ -94,7 +97,7 @@ __all__ = [
     "ShardSpec", "Shard", "Application", "Store",
     # running it: in one process, or as members of a group kept in etcd
     "Runner", "Member", "ShardGroup", "EtcdClient", "read_spec_file", "DEFAULT_ETCD_PREFIX",
-    "DEFAULT_LEASE_TTL",
+    "DEFAULT_LEASE_TTL", "GroupView", "MemberInfo", "Claim",
     # stores
     "JSONFileStore", "SQLiteStore", "PostgresStore", "SQLStore",
     # errors

@@ -107,6 +107,14 @@ class GroupView:
     #: Keys under the prefix that could not be read, and why.
     unreadable: list[str]
 
+    def held(self) -> dict[str, int]:
+        """How many shards each live member holds claims of (0 for none)."""
+        counts = dict.fromkeys(self.members, 0)
+        for claim in self.claims.values():
+            if claim.member in counts:
+                counts[claim.member] += 1
+        return counts
+
 
 def spec_to_json(spec: ShardSpec) -> bytes:
     return orjson.dumps({

@@ -385,10 +385,7 @@ class Member:
     def _balance(self, view: GroupView) -> None:
         now = time.monotonic()
         share = quotas(view.members, len(view.specs))
-        held: dict[str, int] = {}
-        for claim in view.claims.values():
-            if claim.member in view.members:
-                held[claim.member] = held.get(claim.member, 0) + 1
+        held = view.held()
         mine, quota = held.get(self.id, 0), share.get(self.id, 0)
         unclaimed = [s for s in view.specs if s not in view.claims]
         self._unclaimed_since = {s: self._unclaimed_since.get(s, now) for s in unclaimed}

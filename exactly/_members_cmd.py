@@ -108,10 +108,8 @@ def cmd_shards_apply(args: argparse.Namespace) -> int:
               f" {counted(len(deletes), 'shard')} to delete")
         return 0
     group = _group(args)
-    try:
+    with group.etcd:
         result = group.apply(specs, deletes)
-    finally:
-        group.etcd.close()
     for shard, what in result.items():
         print(f"{shard}: {what}")
     return 0
@@ -119,10 +117,8 @@ def cmd_shards_apply(args: argparse.Namespace) -> int:
 
 def cmd_shards_delete(args: argparse.Namespace) -> int:
     group = _group(args)
-    try:
+    with group.etcd:
         result = group.delete(args.shard_ids)
-    finally:
-        group.etcd.close()
     missing = [s for s, what in result.items() if what == "absent"]
     for shard, what in result.items():
         print(f"{shard}: {'no such shard' if what == 'absent' else what}")
@@ -131,10 +127,8 @@ def cmd_shards_delete(args: argparse.Namespace) -> int:
 
 def cmd_shards_list(args: argparse.Namespace) -> int:
     group = _group(args)
-    try:
+    with group.etcd:
         view = group.view()
-    finally:
-        group.etcd.close()
 
     shards = []
     for shard, spec in sorted(view.specs.items()):
@@ -149,7 +143,7 @@ def cmd_shards_list(args: argparse.Namespace) -> int:
             "store_home": home,
         })
     share = group.quotas(view.members, len(view.specs))
-    served = {m: sum(1 for c in view.claims.values() if c.member == m) for m in view.members}
+    served = view.held()
     members = [{"id": m.id, "host": m.host, "pid": m.pid, "lease": f"{m.lease:x}",
                 "shards": served[m.id], "share": share[m.id]}
                for m in sorted(view.members.values(), key=lambda m: m.id)]

@@ -16,7 +16,15 @@ from typing import Any
 
 import pytest
 
-from consumer import ShardGroup, ShardSpec, SpecFileError, read_spec_file
+from consumer import (
+    Claim,
+    GroupView,
+    MemberInfo,
+    ShardGroup,
+    ShardSpec,
+    SpecFileError,
+    read_spec_file,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,6 +83,13 @@ def test_quotas_share_evenly_the_first_members_take_the_rest() -> None:
     assert ShardGroup.quotas(["a"], 0) == {"a": 0}
     assert ShardGroup.quotas([], 5) == {}
     assert sum(ShardGroup.quotas([f"m{i}" for i in range(5)], 23).values()) == 23
+
+
+def test_a_view_counts_the_claims_of_live_members_only() -> None:
+    members = {m: MemberInfo(m, "h", 1, 7) for m in ("a", "b")}
+    claims = {s: Claim(s, m, "h", 1, 7) for s, m in (("s1", "a"), ("s2", "a"), ("s3", "gone"))}
+    view = GroupView(1, {}, members, claims, {}, [])
+    assert view.held() == {"a": 2, "b": 0}
 
 
 # -- the commands, against etcd ---------------------------------------------------
