@@ -6,7 +6,6 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from time import time_ns as _time_ns
 from typing import TYPE_CHECKING, Final
 
 from framing import Framing, framing_by_content_type
@@ -15,7 +14,6 @@ from journal import JournalError
 from ._counts import COUNTS
 from ._interfaces import MappingFunc, Message
 from ._uuid import Clock, Flags, build_uuid, new_producer_id, uuid_from_int
-from .layout import UUID_EPOCH_OFFSET as _EPOCH
 from .layout import high_bits, low_bits
 
 if TYPE_CHECKING:
@@ -120,15 +118,8 @@ class Publisher:
         lock = self._lock
         lock.acquire()
         try:
-            if self._own_clock:
-                # Our own clock is touched only under self._lock, so update()
-                # and tick() fold into one step without the clock's own lock.
-                clock = self._clock._value
-                wall = ((_time_ns() // 100) + _EPOCH) << 4
-                clock = (wall if wall > clock else clock) + 1
-                self._clock._value = clock
-            else:
-                clock = self._clock.tick()
+            # Our own clock follows the wall clock; a caller's moves as the caller updates it.
+            clock = self._clock.update_and_tick() if self._own_clock else self._clock.tick()
             # build_uuid(), inlined: only time_low and the counter change from
             # one message to the next; the other bits are precomputed.
             if clock >> 36 != self._high_of:

@@ -173,6 +173,15 @@ class Clock:
             self._value += count
             return first
 
+    def update_and_tick(self) -> int:
+        """``update()`` to the wall clock, then ``tick()``, as one step: the
+        clock value of a message published now."""
+        wall = new_clock(time.time_ns())
+        with self._lock:
+            value = self._value
+            self._value = value = (wall if wall > value else value) + 1
+            return value
+
     def update(self, unix_ns: int | None = None) -> None:
         """Set the clock to the time ``unix_ns`` (default now) if that is later."""
         nxt = new_clock(time.time_ns() if unix_ns is None else unix_ns)

@@ -174,6 +174,19 @@ def test_clock_initial_value_and_update_to_now() -> None:
     assert ahead.value == after + (10**9 << 4)
 
 
+def test_update_and_tick_is_the_wall_clock_plus_one_and_never_goes_back() -> None:
+    clock = Clock()
+    before = new_clock(time.time_ns())
+    first = clock.update_and_tick()
+    assert before + 1 <= first <= new_clock(time.time_ns()) + 1
+    assert clock.value == first
+    values = [clock.update_and_tick() for _ in range(1000)]
+    assert all(b > a for a, b in zip([first, *values], values, strict=False))
+    start = new_clock(time.time_ns()) + (10**9 << 4)
+    ahead = Clock(start)  # ahead of the wall clock: it only ticks
+    assert [ahead.update_and_tick() for _ in range(3)] == [start + 1, start + 2, start + 3]
+
+
 def test_uuid_building() -> None:
     """Gazette's TestUUIDBuilding: round trip, and compatibility with RFC 4122 tooling."""
     producer = new_producer_id()
