@@ -67,30 +67,57 @@ statements and the checkpoint in one SQL transaction). Any object with the
 to the contract.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._errors import ConsumerError as ConsumerError
 from ._errors import EtcdError as EtcdError
 from ._errors import FencedError as FencedError
 from ._errors import StoreError as StoreError
-from ._etcd import EtcdClient as EtcdClient
-from ._group import DEFAULT_ETCD_PREFIX as DEFAULT_ETCD_PREFIX
-from ._group import Claim as Claim
-from ._group import GroupView as GroupView
-from ._group import MemberInfo as MemberInfo
-from ._group import ShardGroup as ShardGroup
-from ._group import SpecFileError as SpecFileError
-from ._group import read_spec_file as read_spec_file
 from ._interfaces import Application as Application
 from ._interfaces import Store as Store
 from ._json_store import JSONFileStore as JSONFileStore
-from ._member import DEFAULT_LEASE_TTL as DEFAULT_LEASE_TTL
-from ._member import Member as Member
-from ._member import StoreElsewhereError as StoreElsewhereError
 from ._runner import Runner as Runner
 from ._shard import Shard as Shard
 from ._shard import ShardSpec as ShardSpec
 from ._sql_store import PostgresStore as PostgresStore
 from ._sql_store import SQLiteStore as SQLiteStore
 from ._sql_store import SQLStore as SQLStore
+
+# Members and their group in etcd speak gRPC to etcd: loaded when first
+# named, so that an application of one process does not load gRPC.
+_LAZY = {
+    "EtcdClient": "._etcd",
+    "DEFAULT_ETCD_PREFIX": "._group", "Claim": "._group", "GroupView": "._group",
+    "MemberInfo": "._group", "ShardGroup": "._group", "SpecFileError": "._group",
+    "read_spec_file": "._group",
+    "DEFAULT_LEASE_TTL": "._member", "Member": "._member", "StoreElsewhereError": "._member",
+}
+
+if TYPE_CHECKING:
+    from ._etcd import EtcdClient as EtcdClient
+    from ._group import DEFAULT_ETCD_PREFIX as DEFAULT_ETCD_PREFIX
+    from ._group import Claim as Claim
+    from ._group import GroupView as GroupView
+    from ._group import MemberInfo as MemberInfo
+    from ._group import ShardGroup as ShardGroup
+    from ._group import SpecFileError as SpecFileError
+    from ._group import read_spec_file as read_spec_file
+    from ._member import DEFAULT_LEASE_TTL as DEFAULT_LEASE_TTL
+    from ._member import Member as Member
+    from ._member import StoreElsewhereError as StoreElsewhereError
+else:
+    def __getattr__(name: str) -> Any:
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module 'consumer' has no attribute {name!r}")
+        import importlib
+
+        value = getattr(importlib.import_module(module, __name__), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
     # what a consumer is made of

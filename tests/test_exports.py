@@ -253,6 +253,35 @@ def test_the_gazette_client_loads_grpc_only_when_named() -> None:
     assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
 
 
+def test_consumer_loads_the_etcd_client_only_when_a_member_is_named() -> None:
+    """A consumer of one process (Runner) imports no grpc; naming what
+    members use (attribute, ``from consumer import ...``, ``*``) loads it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, consumer\n"
+        "assert 'grpc' not in sys.modules, 'grpc imported by consumer'\n"
+        "assert {'Member', 'ShardGroup', 'EtcdClient', 'GroupView'} <= set(dir(consumer))\n"
+        "from consumer import Member\n"
+        "assert 'grpc' in sys.modules\n"
+        "from consumer._member import Member as Real\n"
+        "assert Member is Real is consumer.Member\n"
+        "ns = {}\n"
+        "exec('from consumer import *', ns)\n"
+        "assert all(name in ns for name in consumer.__all__)\n"
+        "try:\n"
+        "    consumer.NoSuchName\n"
+        "except AttributeError as e:\n"
+        "    assert 'NoSuchName' in str(e)\n"
+        "else:\n"
+        "    raise AssertionError('consumer.NoSuchName exists')\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
+
+
 @pytest.mark.parametrize("module", ["message._native", "journal._native"])
 def test_native_stubs_name_what_the_module_has(module: str) -> None:
     """Each native extension module's ``.pyi`` names exactly its functions
