@@ -53,7 +53,7 @@ class Publisher:
 
     __slots__ = (
         "_client", "_clock", "_framings", "_high", "_high_of", "_last_commit", "_lock", "_low",
-        "_own_clock", "_pending", "_producer", "_txn_base",
+        "_own_clock", "_pending", "_producer", "_txn_base", "_txn_types",
     )
 
     def __init__(self, client: JournalClient, clock: Clock | None = None) -> None:
@@ -86,6 +86,10 @@ class Publisher:
         # transaction, the clock a roll-back must carry.
         self._last_commit: dict[str, int] = {}
         self._txn_base: dict[str, int] = {}
+        # Per journal of the open transaction: the content type its messages
+        # were framed in, which its ACK is framed in too (absent where the
+        # caller framed them: the journal's spec then says).
+        self._txn_types: dict[str, str] = {}
 
     @property
     def producer_id(self) -> bytes:
@@ -132,7 +136,7 @@ class Publisher:
             frame = framing.marshal(msg)
             future = self._client.append(journal, frame)
             if flags == _CONTINUE:
-                self._join_transaction(journal, msg, clock)
+                self._join_transaction(journal, msg, clock, content_type)
             else:
                 self._last_commit[journal] = clock
             COUNTS.published += 1
@@ -190,13 +194,18 @@ class Publisher:
             COUNTS.published += count
         return future
 
-    def _join_transaction(self, journal: str, msg: Message, clock: int) -> None:
+    def _join_transaction(
+        self, journal: str, msg: Message, clock: int, content_type: str | None = None
+    ) -> None:
         """Under the lock: ``journal`` has a message of the open transaction
-        with ``clock``, the first of its messages there unless it has one."""
+        with ``clock``, the first of its messages there unless it has one,
+        framed in ``content_type`` (None: the caller framed it)."""
         if journal not in self._pending:
             if not self._pending:
                 COUNTS.begun += 1
             self._pending[journal] = msg
+            if content_type is not None:
+                self._txn_types[journal] = content_type
             # A reader that never saw this producer in the journal starts it
             # at (first clock - 1): roll back to that.
             self._txn_base[journal] = self._last_commit.get(journal, clock - 1)
@@ -213,7 +222,9 @@ class Publisher:
                     clock = self._clock.tick()
                     self._last_commit[journal] = clock
                 ack.set_uuid(build_uuid(self._producer, clock, Flags.ACK_TXN))
-                content_type = self._client.get(journal).content_type or ""
+                content_type = self._txn_types.get(journal)
+                if content_type is None:
+                    content_type = self._client.get(journal).content_type or ""
                 out.append(AckIntent(journal, self._framing(content_type).marshal(ack)))
             if self._pending:
                 if rollback:
@@ -222,6 +233,7 @@ class Publisher:
                     COUNTS.committed += 1
             self._pending.clear()
             self._txn_base.clear()
+            self._txn_types.clear()
             return out
 
     def build_ack_intents(self) -> list[AckIntent]:

@@ -142,6 +142,7 @@ typedef struct {
     PyObject *pending;    /* journal -> a message of its open transaction, in order */
     PyObject *last_commit; /* journal -> clock of this producer's last commit there */
     PyObject *txn_base;   /* journal -> the clock a roll-back of its transaction carries */
+    PyObject *txn_types;  /* journal -> the content type its messages were framed in */
     PyTypeObject *doc_type; /* the last message type found to be a plain JsonDocument */
 } Publisher;
 
@@ -181,9 +182,10 @@ publisher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     p->pending = PyDict_New();
     p->last_commit = PyDict_New();
     p->txn_base = PyDict_New();
+    p->txn_types = PyDict_New();
     p->producer = PyObject_CallNoArgs(P.new_producer_id);
     if (p->lock == NULL || p->framings == NULL || p->pending == NULL || p->last_commit == NULL
-        || p->txn_base == NULL || p->producer == NULL) {
+        || p->txn_base == NULL || p->txn_types == NULL || p->producer == NULL) {
         Py_DECREF(p);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
@@ -215,6 +217,7 @@ publisher_traverse(Publisher *p, visitproc visit, void *arg)
     Py_VISIT(p->pending);
     Py_VISIT(p->last_commit);
     Py_VISIT(p->txn_base);
+    Py_VISIT(p->txn_types);
     Py_VISIT(p->doc_type);
     return 0;
 }
@@ -228,6 +231,7 @@ publisher_clear(Publisher *p)
     Py_CLEAR(p->pending);
     Py_CLEAR(p->last_commit);
     Py_CLEAR(p->txn_base);
+    Py_CLEAR(p->txn_types);
     Py_CLEAR(p->doc_type);
     return 0;
 }
@@ -395,14 +399,19 @@ set_uuid(Publisher *p, PyObject *msg, PyObject *u)
 }
 
 /* Under the lock: journal has a message (msg) of the open transaction with
- * `clock`, the first of its messages there unless it has one already.
- * 0, or -1 on error. */
+ * `clock`, the first of its messages there unless it has one already,
+ * framed in `content_type` (NULL: not known, the journal's is asked for at
+ * the ACK). 0, or -1 on error. */
 static int
-join_transaction(Publisher *p, PyObject *journal, PyObject *msg, uint64_t clock)
+join_transaction(Publisher *p, PyObject *journal, PyObject *msg, uint64_t clock,
+                 PyObject *content_type)
 {
     int known = PyDict_Contains(p->pending, journal);
     if (known != 0) {
         return known < 0 ? -1 : 0;
+    }
+    if (content_type != NULL && PyDict_SetItem(p->txn_types, journal, content_type) < 0) {
+        return -1;
     }
     if (PyDict_GET_SIZE(p->pending) == 0) {
         COUNTS.begun++;
@@ -481,7 +490,7 @@ publish(Publisher *p, PyObject *mapping, PyObject *msg, unsigned flags)
     }
     int rc = 0;
     if (flags == CONTINUE_TXN) {
-        rc = join_transaction(p, journal, msg, clock);
+        rc = join_transaction(p, journal, msg, clock, content_type);
     }
     else {
         rc = PyDict_SetItem(p->last_commit, journal, clock_obj);
@@ -560,7 +569,7 @@ publisher_publish_uncommitted_frames(Publisher *p, PyObject *const *args, Py_ssi
     if (future == NULL) {
         goto done;
     }
-    if (join_transaction(p, journal, ack, first) < 0) {
+    if (join_transaction(p, journal, ack, first, NULL) < 0) {
         Py_CLEAR(future);
     }
     else {
@@ -617,9 +626,17 @@ intents(Publisher *p, int rollback)
         PyObject *res = u ? PyObject_CallMethodOneArg(ack, P.str_set_uuid, u) : NULL;
         Py_XDECREF(u);
         Py_XDECREF(res);
-        PyObject *spec = res ? PyObject_CallMethod(p->client, "get", "O", journal) : NULL;
-        PyObject *ct = spec ? PyObject_GetAttr(spec, P.str_content_type) : NULL;
-        Py_XDECREF(spec);
+        /* The ACK is framed as the transaction's messages were, or as the
+         * journal's spec says where they were framed by the caller. */
+        PyObject *ct = res ? PyDict_GetItemWithError(p->txn_types, journal) : NULL;
+        if (ct != NULL) {
+            Py_INCREF(ct);
+        }
+        else if (res != NULL && !PyErr_Occurred()) {
+            PyObject *spec = PyObject_CallMethod(p->client, "get", "O", journal);
+            ct = spec ? PyObject_GetAttr(spec, P.str_content_type) : NULL;
+            Py_XDECREF(spec);
+        }
         if (ct == Py_None) {
             Py_SETREF(ct, PyUnicode_FromString(""));
         }
@@ -646,6 +663,7 @@ intents(Publisher *p, int rollback)
     }
     PyDict_Clear(p->pending);
     PyDict_Clear(p->txn_base);
+    PyDict_Clear(p->txn_types);
     PyThread_release_lock(p->lock);
     return out;
 fail:

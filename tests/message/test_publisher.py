@@ -180,6 +180,38 @@ def _doc_frames(producer: bytes, values: list[str]):
     return frame
 
 
+def test_an_ack_is_framed_as_its_transactions_messages_without_a_spec_lookup(client) -> None:
+    """The ACK of messages the Publisher framed is framed in their content
+    type, with no call to the client's ``get`` (a commit's cost on a store
+    that reads the spec from disk); where the caller framed the messages,
+    the journal's spec says."""
+    asked: list[str] = []
+    get = client.get
+
+    def counting_get(name: str) -> JournalSpec:
+        asked.append(name)
+        return get(name)
+
+    client.get = counting_get
+    pub = Publisher(client)
+    pub.publish_uncommitted(to("journal/one"), Doc("x"))
+    (ack,) = pub.build_ack_intents()
+    assert asked == []
+    assert ack.journal == "journal/one" and ack.intent.endswith(b"\n")
+    client.append(ack.journal, ack.intent).result()
+    assert [e.message.s for e in ReadCommittedIter(
+        client, "journal/one", lambda _s: Doc())] == ["x", ""]
+
+    asked.clear()  # (the reader asked)
+    pub.publish_uncommitted_frames("journal/two", 1, _doc_frames(pub.producer_id, ["y"]), Doc())
+    (ack,) = pub.build_ack_intents()
+    assert asked == ["journal/two"]
+    pub.publish_uncommitted(to("journal/two"), Doc("z"))
+    (rollback,) = pub.build_rollback_intents()
+    assert rollback.journal == "journal/two"
+    assert asked == ["journal/two"]  # known from the transaction's message again
+
+
 def doc_lines(client, journal: str) -> list[Doc]:
     import orjson
 
@@ -217,6 +249,7 @@ def test_frames_framed_by_the_caller_join_the_transaction(client) -> None:
     # A roll-back carries the clock before the journal's first frame.
     pub.publish_uncommitted_frames("journal/three", 2, _doc_frames(p, ["x", "y"]), Doc())
     (rollback,) = pub.build_rollback_intents()
+    assert rollback.journal == "journal/two"
     client.append(rollback.journal, rollback.intent).result()
     assert doc_lines(client, "journal/three")[-1] == Doc("", build_uuid(p, 107, Flags.ACK_TXN))
     assert [e.message.s for e in
