@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import re
 import signal
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import IO, Any
 
 import orjson
@@ -139,6 +141,15 @@ def _recover_intents(args: argparse.Namespace, store: Any) -> None:
             print(f"finished an interrupted transaction: wrote {counted(n, 'ACK intent')} from"
                   f" {path}",
                   file=sys.stderr)
+        _drop_if_empty(path)
+
+
+def _drop_if_empty(path: Path) -> None:
+    """Remove an intent log that holds nothing (cleared: its commit is
+    done); its producer is not used again."""
+    with contextlib.suppress(FileNotFoundError):
+        if path.stat().st_size == 0:
+            path.unlink()
 
 
 class _Interrupt:
@@ -228,7 +239,7 @@ def cmd_append(args: argparse.Namespace) -> int:
     from concurrent.futures import Future
 
     from journal import AppendTooLargeError
-    from message import Publisher, Transaction
+    from message import IntentLog, Publisher, Transaction
 
     src: IO[bytes] = open(args.file, "rb") if args.file else sys.stdin.buffer  # noqa: SIM115
     progress = Progress(f"appending to {args.name}")
@@ -265,6 +276,8 @@ def cmd_append(args: argparse.Namespace) -> int:
                     log = _intent_log(args, store, pub.producer_id)
                     with Transaction(pub, log) as txn:
                         publish_all(txn.publish)
+                    if isinstance(log, IntentLog):
+                        _drop_if_empty(log.path)
                 else:
                     publish_all(pub.publish_committed)
             except KeyboardInterrupt:

@@ -23,7 +23,7 @@ _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _O_CREATE_NEW: Final = os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_NOFOLLOW
 
-__all__ = ["write_durably", "fsync_dir"]
+__all__ = ["write_durably", "write_all", "fsync_dir"]
 
 
 def write_durably(

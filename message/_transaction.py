@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import logging
 import os
+import zlib
 from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from journal import PendingAppends
-from journal.durable import fsync_dir, write_durably
+from journal.durable import fsync_dir, write_all
 
 from ._errors import IntentLogError
 from ._interfaces import MappingFunc, Message
@@ -39,28 +41,73 @@ from ._publisher import AckIntent, Publisher
 if TYPE_CHECKING:
     from journal import AppendResult, JournalClient, JournalStore
 
+log = logging.getLogger("message")
+
 
 class IntentLog:
-    """A file holding ACK intents that must be written, made durable with an
-    fsync'd write-then-rename so that it is always whole or absent."""
+    """A file holding ACK intents that must be written.
+
+    ``save`` overwrites the file in place and fdatasyncs it: one fsync a
+    commit. The file starts with a line ``EXACTLY-INTENTS 1 <length>
+    <crc32>``, then the intents as JSON. A crash during a save can leave a
+    file whose body does not match its line: that save never finished, so
+    none of its intents was written yet (a Transaction writes them only
+    after ``save`` returns), and ``load`` gives none, with a warning.
+    ``clear`` empties the file without an fsync: if a power loss undoes
+    that, the intents are written again on recovery, which is harmless. A
+    log written whole by an earlier version (a JSON array, no line) loads
+    as it did.
+    """
+
+    #: The first bytes of a log's line.
+    MAGIC = b"EXACTLY-INTENTS "
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
 
     def save(self, intents: list[AckIntent]) -> None:
         """Durably record ``intents`` (replacing what the log held)."""
-        doc = [
+        body = orjson.dumps([
             {"journal": i.journal, "intent": base64.b64encode(i.intent).decode()}
             for i in intents
-        ]
-        write_durably(self.path, orjson.dumps(doc))
+        ])
+        data = b"%s1 %d %08x\n%s" % (self.MAGIC, len(body), zlib.crc32(body), body)
+        created = not self.path.exists()
+        if created:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        try:
+            write_all(fd, data, 0)
+            os.ftruncate(fd, len(data))
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            fsync_dir(self.path.parent)  # the new file's name must be durable too
 
     def load(self) -> list[AckIntent]:
-        """The intents the log holds (none if it is absent)."""
+        """The intents the log holds (none if it is absent, empty, or its
+        last save was cut short)."""
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
             return []
+        if not data:
+            return []
+        if data.startswith(self.MAGIC):
+            head, _, rest = data.partition(b"\n")
+            try:
+                _, version, length, crc = head.split(b" ")
+                size = int(length)
+                whole = version == b"1" and len(rest) >= size and \
+                    zlib.crc32(rest[:size]) == int(crc, 16)
+            except ValueError:
+                whole = False
+            if not whole:
+                log.warning("%s: its last save was cut short, before any of its intents"
+                            " was written: nothing to write again", self.path)
+                return []
+            data = rest[:size]
         try:
             return [
                 AckIntent(str(d["journal"]), base64.b64decode(d["intent"], validate=True))
@@ -70,9 +117,9 @@ class IntentLog:
             raise IntentLogError(f"{self.path}: not an intent log: {exc}") from exc
 
     def clear(self) -> None:
-        """Forget the intents: they are all written."""
-        self.path.unlink(missing_ok=True)
-        fsync_dir(self.path.parent)
+        """Forget the intents: they are all written (see the class docstring)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.truncate(self.path, 0)
 
     def recover(self, client: JournalClient) -> int:
         """Write the intents left by a commit that did not finish; returns how many."""

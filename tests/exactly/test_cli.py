@@ -453,6 +453,8 @@ def test_journal_named_like_a_directory_of_the_cli(tmp_path: Path) -> None:
     ok(root, "append", ".intents", "--transaction", input='{"n": 2}\n')
     assert "2 frames, 2 committed" in ok(root, "inspect", ".intents")
     assert "t/j" in ok(root, "journals", "list")
+    # Each run's intent log is emptied by its commit, then removed.
+    assert not list((root / "@intents").iterdir())
 
 
 def test_read_skips_a_csv_line_whose_first_field_is_no_uuid(tmp_path: Path) -> None:

@@ -3,12 +3,14 @@ publisher_test.go, plus roll-back and recovery)."""
 
 from __future__ import annotations
 
+import base64
 import threading
 import uuid
 from collections import defaultdict
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+import orjson
 import pytest
 
 from journal import AppendResult, JournalSpec, MemoryJournalClient
@@ -336,7 +338,7 @@ def test_transaction_commits_on_clean_exit(client, tmp_path) -> None:
         assert committed(client, "journal/one") == []  # not yet
     assert committed(client, "journal/one") == ["a"]
     assert committed(client, "journal/two") == ["b"]
-    assert not log.path.exists()
+    assert log.load() == [] and log.path.read_bytes() == b""  # cleared
 
 
 def test_transaction_aborts_on_exception_with_rollback_acks(client) -> None:
@@ -449,6 +451,41 @@ def test_intent_log_rejects_garbage(tmp_path) -> None:
     path.write_bytes(b"\x00not json")
     with pytest.raises(IntentLogError):
         IntentLog(path).load()
+
+
+def test_an_intent_log_whose_last_save_was_cut_short_holds_nothing(client, tmp_path) -> None:
+    """A save overwrites the log in place: cut anywhere (a crash before its
+    fsync returned), it loads as empty, since none of its intents was
+    written yet; saved whole, it loads whole. A log of the earlier format
+    (a JSON array written by rename) still loads."""
+    pub = Publisher(client)
+    pub.publish_uncommitted(to("journal/one"), Doc("a")).result()
+    pub.publish_uncommitted(to("journal/two"), Doc("b")).result()
+    intents = pub.build_ack_intents()
+    path = tmp_path / "intents.json"
+    log = IntentLog(path)
+    log.save(intents)
+    whole = path.read_bytes()
+    assert whole.startswith(IntentLog.MAGIC) and log.load() == intents
+    # Over a longer earlier save: the old tail past the new length is ignored.
+    log.save(intents * 3)
+    log.save(intents[:1])
+    assert log.load() == intents[:1]
+    for cut in (len(whole) - 1, len(whole) // 2, 30, len(IntentLog.MAGIC) + 2):
+        path.write_bytes(whole[:cut])
+        assert log.load() == [], cut
+        assert IntentLog(path).recover(client) == 0
+    flipped = bytearray(whole)
+    flipped[-3] ^= 0x20  # a body that does not match its line
+    path.write_bytes(bytes(flipped))
+    assert log.load() == []
+    old = orjson.dumps([{"journal": i.journal, "intent": base64.b64encode(i.intent).decode()}
+                        for i in intents])
+    path.write_bytes(old)
+    assert log.load() == intents
+    assert IntentLog(path).recover(client) == 2
+    assert committed(client, "journal/two") == ["b"]
+    assert log.load() == []
 
 
 class NoUUID(dict):
