@@ -223,13 +223,30 @@ def test_installed_top_level_names_are_the_public_packages() -> None:
         assert (root / p.replace(".", "/") / "__init__.py").is_file(), p
 
 
-def test_the_gazette_client_loads_grpc_only_when_named() -> None:
-    """Programs on the embedded store import no grpc; naming the Gazette
-    client (attribute, ``from journal import ...``, ``*``) loads it."""
+def _loads_lazily(package: str, checks: str) -> None:
+    """Run ``checks`` in a fresh interpreter, then check that ``package``
+    has no attribute ``NoSuchName`` (its lazy loader says which)."""
     import subprocess
     import sys
 
     code = (
+        checks
+        + "try:\n"
+        f"    {package}.NoSuchName\n"
+        "except AttributeError as e:\n"
+        "    assert 'NoSuchName' in str(e)\n"
+        "else:\n"
+        f"    raise AssertionError('{package}.NoSuchName exists')\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
+
+
+def test_the_gazette_client_loads_grpc_only_when_named() -> None:
+    """Programs on the embedded store import no grpc; naming the Gazette
+    client (attribute, ``from journal import ...``, ``*``) loads it."""
+    _loads_lazily("journal", (
         "import sys, message, journal, framing\n"
         "assert 'grpc' not in sys.modules, 'grpc imported on the embedded store'\n"
         "assert {'GazetteClient', 'GazetteReader', 'JournalRoute'} <= set(dir(journal))\n"
@@ -241,25 +258,13 @@ def test_the_gazette_client_loads_grpc_only_when_named() -> None:
         "exec('from journal import *', ns)\n"
         "assert ns['GazetteReader'] is journal.GazetteReader\n"
         "assert ns['JournalRoute'] is journal.JournalRoute\n"
-        "try:\n"
-        "    journal.NoSuchName\n"
-        "except AttributeError as e:\n"
-        "    assert 'NoSuchName' in str(e)\n"
-        "else:\n"
-        "    raise AssertionError('journal.NoSuchName exists')\n"
-        "print('ok')\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
+    ))
 
 
 def test_consumer_loads_the_etcd_client_only_when_a_member_is_named() -> None:
     """A consumer of one process (Runner) imports no grpc; naming what
     members use (attribute, ``from consumer import ...``, ``*``) loads it."""
-    import subprocess
-    import sys
-
-    code = (
+    _loads_lazily("consumer", (
         "import sys, consumer\n"
         "assert 'grpc' not in sys.modules, 'grpc imported by consumer'\n"
         "assert {'Member', 'ShardGroup', 'EtcdClient', 'GroupView'} <= set(dir(consumer))\n"
@@ -270,16 +275,7 @@ def test_consumer_loads_the_etcd_client_only_when_a_member_is_named() -> None:
         "ns = {}\n"
         "exec('from consumer import *', ns)\n"
         "assert all(name in ns for name in consumer.__all__)\n"
-        "try:\n"
-        "    consumer.NoSuchName\n"
-        "except AttributeError as e:\n"
-        "    assert 'NoSuchName' in str(e)\n"
-        "else:\n"
-        "    raise AssertionError('consumer.NoSuchName exists')\n"
-        "print('ok')\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert out.returncode == 0 and out.stdout == "ok\n", out.stderr
+    ))
 
 
 @pytest.mark.parametrize("module", ["message._native", "journal._native"])
