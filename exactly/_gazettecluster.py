@@ -29,6 +29,7 @@ from exactly._clusterbuild import (
     log_tail,
 )
 from exactly._clustertls import ClusterSecurity
+from exactly._gazctl import journal_route, journal_spec_yaml, run_gazctl
 from exactly._procs import (
     Proc,
     alive,
@@ -76,71 +77,6 @@ class ClusterStartError(ClusterError):
 
 class ClusterNotFoundError(ClusterError):
     """No cluster was ever started in the directory given to ``attach``."""
-
-
-class GazctlError(ClusterError, subprocess.CalledProcessError):
-    """A ``gazctl`` command exited with a non-zero status; ``stderr`` says why."""
-
-    def __str__(self) -> str:
-        err = self.stderr.decode(errors="replace").strip() if self.stderr else ""
-        last = err.splitlines()[-1] if err else "(no output)"
-        cmd = " ".join(str(a) for a in self.cmd[1:])
-        text = f"gazctl {cmd} exited with status {self.returncode}: {last}"
-        if err and err != last:
-            text += f"\n--- gazctl's stderr ---\n{err}"
-        return text
-
-
-# -- journal specs ----------------------------------------------------------------
-
-
-def journal_spec_yaml(name: str, *, replication: int = 1,
-                      content_type: str | None = "application/x-ndjson",
-                      labels: Mapping[str, str | Sequence[str]] | None = None,
-                      fragment_length: int = 1 << 20,
-                      stores: Sequence[str] = ("file:///",),
-                      compression: str = "NONE",
-                      refresh_interval: str = "10s",
-                      flush_interval: str | None = None,
-                      revision: int | None = None) -> str:
-    """A JournalSpec in the YAML that ``gazctl journals apply`` reads.
-
-    ``content_type`` becomes the ``content-type`` label. The defaults suit a
-    local cluster: fragments of 1 MiB kept uncompressed in the brokers'
-    ``file:///`` store (under ``GazetteCluster.fragment_root``). A fragment
-    is persisted when it is closed: when it reaches ``fragment_length``, or
-    ``flush_interval`` (a Go duration, at least ``1m``) after it began.
-    Gazette bounds ``fragment_length`` to [1 KiB, 16 GiB]. ``revision``: None
-    creates the journal (``apply`` fails if it exists), -1 creates or
-    replaces it whatever its current revision.
-    """
-    pairs: list[tuple[str, str | None]] = []
-    if content_type is not None:
-        pairs.append(("content-type", content_type))
-    for key, value in (labels or {}).items():
-        if isinstance(value, str):
-            pairs.append((key, value))
-        else:
-            pairs.extend((key, v) for v in value)
-    q = json.dumps  # a JSON string is a YAML string
-    lines = [f"name: {q(name)}", f"replication: {replication}"]
-    if revision is not None:
-        lines.append(f"revision: {revision}")
-    if pairs:
-        lines.append("labels:")
-        for key, label_value in pairs:
-            lines.append(f"  - name: {q(key)}")
-            if label_value:
-                lines.append(f"    value: {q(label_value)}")
-    lines += ["fragment:", f"  length: {fragment_length}",
-              f"  compression_codec: {compression}",
-              f"  refresh_interval: {refresh_interval}"]
-    if stores:
-        lines.append("  stores:")
-        lines += [f"    - {q(s)}" for s in stores]
-    if flush_interval:
-        lines.append(f"  flush_interval: {flush_interval}")
-    return "\n".join(lines) + "\n"
 
 
 # -- processes --------------------------------------------------------------------
@@ -486,21 +422,13 @@ class GazetteCluster:
         """Which brokers serve journal ``name`` now (``gazctl journals list``).
         Raises ``ClusterError`` if there is no such journal."""
         r = self.gazctl("journals", "list", "-l", f"name={name}", "-o", "json")
-        journals = json.loads(r.stdout).get("journals") or []
-        if not journals:
-            raise ClusterError(f"no journal {name}")
-        route = journals[0].get("route") or {}
-        members = tuple(self._broker_index(m.get("suffix", ""))
-                        for m in route.get("members") or [])
-        primary = route.get("primary", -1)
-        return JournalBrokers(members[primary] if 0 <= primary < len(members) else None,
-                            members)
-
-    def _broker_index(self, suffix: str) -> int:
-        for i, b in enumerate(self._brokers):
-            if b.name == suffix:
-                return i
-        raise ClusterError(f"journal routed to an unknown broker {suffix!r}")
+        primary, suffixes = journal_route(r.stdout, name)
+        names = [b.name for b in self._brokers]
+        unknown = [s for s in suffixes if s not in names]
+        if unknown:
+            raise ClusterError(f"journal routed to an unknown broker {unknown[0]!r}")
+        members = tuple(names.index(s) for s in suffixes)
+        return JournalBrokers(None if primary is None else members[primary], members)
 
     # -- another process's cluster -----------------------------------------------
 
@@ -660,20 +588,9 @@ class GazetteCluster:
 
     def _gazctl(self, address: str, args: Sequence[str], *, input: bytes | None,
                 check: bool, timeout: float | None) -> subprocess.CompletedProcess[bytes]:
-        env = child_env(["BROKER_"])
-        env["BROKER_ADDRESS"] = address
-        if self.security is not None:
-            env.update(self.security.client_env())
-        argv = [str(self.binaries.gazctl), *args]
-        try:
-            r = subprocess.run(argv, input=input, env=env, capture_output=True, timeout=timeout,
-                               stdin=None if input is not None else subprocess.DEVNULL)
-        except subprocess.TimeoutExpired:
-            raise ClusterError(f"gazctl {' '.join(args)} did not finish within {timeout:g}s "
-                               f"(BROKER_ADDRESS={address})") from None
-        if check and r.returncode != 0:
-            raise GazctlError(r.returncode, argv, r.stdout, r.stderr)
-        return r
+        return run_gazctl(self.binaries.gazctl, address, args, input=input, check=check,
+                          timeout=timeout,
+                          env=self.security.client_env() if self.security is not None else None)
 
     def _stop_processes(self, grace: float) -> None:
         brokers = [b for b in self._brokers if alive(b)]

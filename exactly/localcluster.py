@@ -56,15 +56,14 @@ from exactly._clusterbuild import (
     ensure_binaries,
 )
 from exactly._clustertls import ClusterSecurity
+from exactly._gazctl import GazctlError, journal_spec_yaml
 from exactly._gazettecluster import (
     DEFAULT_ETCD_LEASE,
     ClusterNotFoundError,
     ClusterStartError,
-    GazctlError,
     GazetteCluster,
     JournalBrokers,
     ProcessInfo,
-    journal_spec_yaml,
 )
 from exactly._sparkcluster import SparkCluster
 

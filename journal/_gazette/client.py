@@ -23,7 +23,6 @@ it unchanged. docs/gazette.md tells the whole story; in short:
 from __future__ import annotations
 
 import builtins
-import contextlib
 import logging
 import os
 import threading
@@ -63,6 +62,7 @@ from .brokers import (
     refusal,
     status_error,
 )
+from .filestore import FILE_STORE, has_file_store, prune, remove_persisted
 from .reader import GazetteReader
 from .security import security_of
 
@@ -70,8 +70,6 @@ from .security import security_of
 DEFAULT_BROKER_ADDRESS: Final = "http://localhost:8080"
 #: Default bound on one append, as for the other clients.
 DEFAULT_MAX_APPEND_SIZE: Final = 16 << 20
-#: The fragment store ``create`` uses where the cluster has one.
-FILE_STORE: Final = "file:///"
 # How long create() waits for brokers to take up a new journal: for a
 # primary, and for as many brokers as its replication asks for.
 _ASSIGN_TIMEOUT: Final = 30.0
@@ -227,19 +225,12 @@ class GazetteClient(Closing):
                 name, f"Gazette needs at least {wire.MIN_JOURNAL_NAME_LEN} bytes"
             )
         self._check_open()
-        d = self._defaults
-        settings = wire.SpecDefaults(
-            replication=d.replication if replication is None else replication,
-            fragment_length=d.fragment_length if fragment_length is None else fragment_length,
-            compression=d.compression if compression is None else compression,
-            stores=(
-                tuple(fragment_stores) if fragment_stores is not None else self._default_stores()
-            ),
-            flush_interval=(
-                d.flush_interval if flush_interval is None else wire.to_timedelta(flush_interval)
-            ),
-            refresh_interval=d.refresh_interval,
-            retention=d.retention if retention is None else wire.to_timedelta(retention),
+        settings = self._defaults.overridden(
+            replication=replication, fragment_length=fragment_length, compression=compression,
+            stores=(tuple(fragment_stores) if fragment_stores is not None
+                    else self._default_stores()),
+            flush_interval=None if flush_interval is None else wire.to_timedelta(flush_interval),
+            retention=None if retention is None else wire.to_timedelta(retention),
         )
         settings.check()
         while True:
@@ -292,7 +283,7 @@ class GazetteClient(Closing):
         if appender is not None:
             appender.stop()
         if self.file_root is not None:
-            self._remove_persisted(name)
+            remove_persisted(self.file_root, name)
 
     def get(self, name: str) -> JournalSpec:
         """The journal's spec; ``JournalNotFoundError`` if absent."""
@@ -456,19 +447,9 @@ class GazetteClient(Closing):
                 " store is mounted)",
                 status="NOT_ALLOWED", journal=name, address=self.address,
             )
-        cutoff = time.time() - age if age is not None else None
         frags = self.fragments(name)
-        removed = 0
-        for f in frags:
-            if not f.sealed or not self._reachable(f.path):
-                break  # Not persisted yet, or in a store this client cannot reach.
-            if before_offset is not None and f.end > before_offset:
-                break
-            if cutoff is not None and f.mtime >= cutoff:
-                break
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f.path)
-            removed += 1
+        removed = prune(frags, self.file_root, before_offset,
+                        time.time() - age if age is not None else None)
         return frags[removed].begin if removed < len(frags) else self.head(name)
 
     # JournalClient -----------------------------------------------------------
@@ -634,42 +615,12 @@ class GazetteClient(Closing):
             if listed is None:
                 raise JournalNotFoundError(name)
 
-    def _remove_persisted(self, name: str) -> None:
-        """Remove the fragment files of journal ``name`` from the file store
-        under ``file_root`` (all of them: brokers list a persisted fragment
-        only at their next refresh). Child journals' directories stay."""
-        assert self.file_root is not None
-        directory = os.path.join(self.file_root, *name.split("/"))
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            for entry in os.scandir(directory):
-                if entry.is_file(follow_symlinks=False) and wire.CONTENT_NAME.fullmatch(entry.name):
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(entry.path)
-
-    def _reachable(self, path: str) -> bool:
-        """Is ``path`` (from ``fragments()``) a file under ``file_root``?"""
-        return self.file_root is not None and path.startswith(self.file_root + os.sep)
-
     def _default_stores(self) -> tuple[str, ...]:
         if self._stores_given:
             return self._defaults.stores
         if self._file_store is None:
-            self._file_store = self._has_file_store()
+            self._file_store = has_file_store(self._brokers)
         return (FILE_STORE,) if self._file_store else ()
-
-    def _has_file_store(self) -> bool:
-        request = pb.FragmentStoreHealthRequest(fragment_store=FILE_STORE)
-
-        def attempt(stub: Stub, endpoint: str) -> bool:
-            resp = stub.store_health(request, timeout=self._brokers.rpc_timeout)
-            return bool(resp.status == pb.OK)
-
-        try:
-            return self._brokers.call("check the file:// fragment store", None, attempt)
-        except BrokerError as err:
-            if err.status == "UNIMPLEMENTED":  # An older broker: assume none.
-                return False
-            raise
 
     def _fragment(self, name: str, f: pb.Fragment) -> Fragment:
         return wire.fragment_of(name, f, self.file_root)

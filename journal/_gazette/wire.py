@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Final
+from typing import Any, Final
 
 from google.protobuf.duration_pb2 import Duration
 
@@ -80,6 +81,10 @@ class SpecDefaults:
     flush_interval: timedelta | None
     refresh_interval: timedelta
     retention: timedelta | None
+
+    def overridden(self, **given: Any) -> SpecDefaults:
+        """These settings, with those of ``given`` that are not None instead."""
+        return dataclasses.replace(self, **{k: v for k, v in given.items() if v is not None})
 
     def check(self) -> None:
         """Raise ``ValueError`` for settings Gazette would refuse."""

@@ -39,17 +39,15 @@ import contextlib
 import hashlib
 import os
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final
 
-from .._errors import CorruptJournalError, JournalError, JournalNotFoundError
+from .._errors import CorruptJournalError, JournalError
 from .._spec import JournalSpec, sealed_name
-from ..durable import TEMP_PREFIX, fsync_dir, write_all
+from ..durable import fsync_dir
 from .files import (
     JournalDir,
     Quarantined,
-    create_temp,
     fragment_sha1,
     locked,
     open_commit,
@@ -67,7 +65,6 @@ from .files import (
 )
 from .fragment import (
     COMMIT_FILE,
-    JOURNAL_FILES,
     QUARANTINE_PREFIX,
     RECORD_SIZE,
     SLOT_SIZE,
@@ -77,14 +74,12 @@ from .fragment import (
     frame_cut,
     open_name,
     pack_slot,
-    parse_open_name,
-    parse_quarantine_name,
     parse_record,
-    parse_sealed_name,
-    parse_sums_name,
     quarantine_name,
     slot_offset,
 )
+from .listing import Listing, Piece, list_files, read_commit_file
+from .salvage import copy_to, marker, pieces, write_sealed
 from .sums import Batch, bad_batches, log_batches, unchecked
 
 _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
@@ -121,61 +116,6 @@ class JournalProblem:
         return line if self.repair is None else f"{line}; repaired: {self.repair}"
 
 
-@dataclass(slots=True)
-class _Piece:
-    """A sealed fragment file as found, before and after repairs."""
-
-    begin: int
-    end: int
-    base: str
-    sha1: bytes
-    size: int
-    good: bool = True
-
-
-@dataclass(slots=True)
-class _Listing:
-    sealed: list[_Piece] = field(default_factory=list)
-    opens: dict[int, str] = field(default_factory=dict)  # begin -> base
-    quarantined: list[Quarantined] = field(default_factory=list)
-    foreign: list[str] = field(default_factory=list)
-    sums: dict[tuple[int, int], str] = field(default_factory=dict)  # (begin, end) -> base
-
-
-def _list(jd: JournalDir) -> _Listing:
-    out = _Listing()
-    try:
-        entries = list(os.scandir(jd.path))
-    except (FileNotFoundError, NotADirectoryError):
-        raise JournalNotFoundError(jd.name) from None
-    for entry in entries:
-        base = entry.name
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                continue
-            st = entry.stat(follow_symlinks=False)
-        except FileNotFoundError:
-            continue
-        parsed = parse_sealed_name(base)
-        if parsed is not None and parsed[0] < parsed[1] and entry.is_file(follow_symlinks=False):
-            out.sealed.append(_Piece(parsed[0], parsed[1], base, parsed[2], st.st_size))
-        elif (at := parse_open_name(base)) is not None and entry.is_file(follow_symlinks=False):
-            out.opens[at] = base
-        elif base.startswith(QUARANTINE_PREFIX):
-            q = parse_quarantine_name(base)
-            if q is not None and q[0] < q[1]:
-                out.quarantined.append(Quarantined(q[0], q[1], entry.path))
-        elif (at_end := parse_sums_name(base)) is not None:
-            out.sums[at_end] = base
-        elif base in JOURNAL_FILES or base.startswith(TEMP_PREFIX):
-            pass
-        else:
-            out.foreign.append(base)
-    out.sealed.sort(key=lambda p: (p.begin, p.end))
-    out.quarantined.sort(key=lambda q: (q.begin, q.end))
-    return out
-
-
 class _Checker:
     def __init__(self, jd: JournalDir, repair: bool) -> None:
         self.jd = jd
@@ -207,16 +147,16 @@ class _Checker:
         # Without the lock, writers may seal meanwhile: a listing is taken
         # between two reads of the record that agree on the open fragment.
         for _ in range(_ATTEMPTS):
-            raw = _read_commit(self.jd)
-            listing = _list(self.jd)
-            if self.repair or _open_begin(raw) == _open_begin(_read_commit(self.jd)):
+            raw = read_commit_file(self.jd)
+            listing = list_files(self.jd)
+            if self.repair or _open_begin(raw) == _open_begin(read_commit_file(self.jd)):
                 break
         self.foreign(listing)
         rec = self.record(raw)
         if rec is not None and raw is not None and self.open_batches(listing, raw, rec):
             # Sealed for repair: look again.
-            raw = _read_commit(self.jd)
-            listing = _list(self.jd)
+            raw = read_commit_file(self.jd)
+            listing = list_files(self.jd)
             rec = parse_record(raw) if raw is not None else None
         self.sealed(listing)
         rec = self.overlaps(listing, rec)
@@ -227,7 +167,7 @@ class _Checker:
             self.finish()
         return self.problems
 
-    def foreign(self, listing: _Listing) -> None:
+    def foreign(self, listing: Listing) -> None:
         for base in listing.foreign:
             repair = None
             if self.repair:
@@ -256,7 +196,7 @@ class _Checker:
             )
         return rec
 
-    def open_batches(self, listing: _Listing, raw: bytes, rec: CommitRecord) -> bool:
+    def open_batches(self, listing: Listing, raw: bytes, rec: CommitRecord) -> bool:
         """Check the open fragment's batches against their checksums. With
         ``repair``, a fragment with a damaged batch is sealed (the sealed
         fragments' step repairs it): returns True then."""
@@ -293,8 +233,8 @@ class _Checker:
             os.close(commit_fd)
         return True
 
-    def sealed(self, listing: _Listing) -> None:
-        split: list[_Piece] = []  # Pieces of fragments repaired batch by batch.
+    def sealed(self, listing: Listing) -> None:
+        split: list[Piece] = []  # Pieces of fragments repaired batch by batch.
         for p in listing.sealed:
             want = p.end - p.begin
             path = self.jd.file(p.base)
@@ -344,22 +284,22 @@ class _Checker:
             listing.sealed = sorted(
                 [p for p in listing.sealed if p.good] + split, key=lambda p: (p.begin, p.end)
             )
-            listing.quarantined = _list(self.jd).quarantined
+            listing.quarantined = list_files(self.jd).quarantined
 
     def damaged_batches(
-        self, p: _Piece, fd: int, batches: list[Batch], bad: list[tuple[int, int]], reason: str
-    ) -> list[_Piece]:
+        self, p: Piece, fd: int, batches: list[Batch], bad: list[tuple[int, int]], reason: str
+    ) -> list[Piece]:
         """A sealed fragment (``fd``) with damaged batches ``bad``: report each;
         with ``repair``, quarantine them and keep the rest in new sealed
         fragments (returned). Every offset stays held throughout: the file
         first goes to quarantine whole, and leaves it (renamed, standing for
         no offsets) once its pieces are in place."""
-        kept: list[_Piece] = []
+        kept: list[Piece] = []
         repair = None
         if self.repair:
             whole = quarantine_file(self.jd, p.base, quarantine_name(p.begin, p.end, "fragment"))
             moved = []
-            for begin, end, damaged in _pieces(p.begin, p.end, bad):
+            for begin, end, damaged in pieces(p.begin, p.end, bad):
                 if damaged:
                     q = quarantine_copy(
                         self.jd, fd, begin - p.begin, end - p.begin, begin, end, "batch"
@@ -368,8 +308,8 @@ class _Checker:
                     continue
                 data = os.pread(fd, end - begin, begin - p.begin)
                 mine = [b for b in batches if begin <= b.begin and b.end <= end]
-                name = _write_sealed(self.jd, begin, data, mine)
-                kept.append(_Piece(begin, end, name, b"", end - begin))
+                name = write_sealed(self.jd, begin, data, mine)
+                kept.append(Piece(begin, end, name, b"", end - begin))
             os.rename(whole, unused_name(self.jd, f"{QUARANTINE_PREFIX}damaged-{p.base}"))
             remove_sums(self.jd, p.begin, p.end)
             fsync_dir(self.jd.path)
@@ -382,7 +322,7 @@ class _Checker:
             self.problem(p.base, reason, begin, end)
         return kept
 
-    def truncated_fragment(self, p: _Piece, fd: int) -> None:
+    def truncated_fragment(self, p: Piece, fd: int) -> None:
         """A sealed fragment cut short: keep its whole frames, quarantine the rest."""
         want, orig, size = p.end - p.begin, p.base, p.size
         repair = None
@@ -393,7 +333,7 @@ class _Checker:
             kept = ""
             if cut:
                 mine = [b for b in read_sums(self.jd, p.begin, p.end) if b.end <= p.begin + cut]
-                name = _write_sealed(self.jd, p.begin, data[:cut], mine)
+                name = write_sealed(self.jd, p.begin, data[:cut], mine)
                 remove_sums(self.jd, p.begin, p.end)
                 kept = f"[{p.begin}, {p.begin + cut}) kept in {name}; "
                 p.good = True
@@ -409,13 +349,13 @@ class _Checker:
             repair,
         )
 
-    def overlong_fragment(self, p: _Piece, fd: int) -> None:
+    def overlong_fragment(self, p: Piece, fd: int) -> None:
         """A sealed fragment with bytes after its content (which is intact)."""
         want = p.end - p.begin
         repair = None
         if self.repair:
             name = unused_name(self.jd, f"{QUARANTINE_PREFIX}extra-{p.base}")
-            _copy_to(self.jd, fd, want, p.size, name)
+            copy_to(self.jd, fd, want, p.size, name)
             os.truncate(self.jd.file(p.base), want)
             fsync_dir(self.jd.path)
             p.good, p.size = True, want
@@ -426,10 +366,10 @@ class _Checker:
             p.base, f"fragment holds {p.size} bytes, its name says {want}", p.begin, p.end, repair
         )
 
-    def overlaps(self, listing: _Listing, rec: CommitRecord | None) -> CommitRecord | None:
+    def overlaps(self, listing: Listing, rec: CommitRecord | None) -> CommitRecord | None:
         """Sealed fragments overlapping (whole copies both): keep every byte
         readable once. Returns the record, None if it is behind the fragments."""
-        kept: list[_Piece] = []
+        kept: list[Piece] = []
         for p in listing.sealed:
             if not p.good:
                 continue
@@ -447,12 +387,12 @@ class _Checker:
                 if self.repair:
                     with open(self.jd.file(p.base), "rb") as f:
                         data = f.read()
-                    name = _write_sealed(self.jd, a.end, data[a.end - p.begin :])
+                    name = write_sealed(self.jd, a.end, data[a.end - p.begin :])
                     q = quarantine_file(self.jd, p.base, f"{QUARANTINE_PREFIX}overlap-{p.base}")
                     repair = f"its bytes past {a.end} kept in {name}; moved to" + (
                         f" {os.path.basename(q)}"
                     )
-                    p = _Piece(a.end, p.end, name, b"", p.end - a.end)
+                    p = Piece(a.end, p.end, name, b"", p.end - a.end)
                 self.problem(orig.base, reason, orig.begin, orig.end, repair)
             kept.append(p)
         # Without repair, damaged fragments (reported already) still hold their offsets.
@@ -469,7 +409,7 @@ class _Checker:
             return None
         return rec
 
-    def open_fragment(self, listing: _Listing, rec: CommitRecord) -> CommitRecord:
+    def open_fragment(self, listing: Listing, rec: CommitRecord) -> CommitRecord:
         for begin, base in sorted(listing.opens.items()):
             if begin == rec.begin:
                 continue
@@ -492,7 +432,7 @@ class _Checker:
             if committed and not sealed_done and not covered:
                 repair = None
                 if self.repair:
-                    q = _marker(self.jd, rec.begin, rec.end)
+                    q = marker(self.jd, rec.begin, rec.end)
                     repair = f"the loss recorded in {q}; the journal goes on at {rec.end}"
                 self.problem(
                     base, f"missing, yet [{rec.begin}, {rec.end}) is committed",
@@ -519,12 +459,12 @@ class _Checker:
                 if cut:
                     name = sealed_name(rec.begin, rec.begin + cut, hashlib.sha1(
                         data[:cut], usedforsecurity=False).digest())
-                    raw = _read_commit(self.jd) or b""
+                    raw = read_commit_file(self.jd) or b""
                     mine = log_batches(raw, RECORD_SIZE, rec.begin, rec.begin + cut)
                     write_sums(self.jd, rec.begin, rec.begin + cut, mine)
                     os.rename(path, self.jd.file(name))
                     kept = f"[{rec.begin}, {rec.begin + cut}) kept in {name}; "
-                    listing.sealed.append(_Piece(rec.begin, rec.begin + cut, name, b"", cut))
+                    listing.sealed.append(Piece(rec.begin, rec.begin + cut, name, b"", cut))
                 else:
                     os.unlink(path)
                 fsync_dir(self.jd.path)
@@ -544,7 +484,7 @@ class _Checker:
         )
         return rec
 
-    def rebuild(self, listing: _Listing) -> CommitRecord | None:
+    def rebuild(self, listing: Listing) -> CommitRecord | None:
         """No valid commit record (or one behind the fragments): make one from
         the files. The open fragment's whole frames count as committed."""
         if not self.repair:
@@ -567,10 +507,10 @@ class _Checker:
                 finally:
                     os.close(fd)
             if at > end:
-                _marker(self.jd, end, at)
+                marker(self.jd, end, at)
             begin, committed = at, cut
             break
-        listing.quarantined = _list(self.jd).quarantined  # what was just set aside
+        listing.quarantined = list_files(self.jd).quarantined  # what was just set aside
         rec = CommitRecord(1, begin, begin + committed)
         body = bytearray(RECORD_SIZE)
         body[slot_offset(rec.seq) : slot_offset(rec.seq) + SLOT_SIZE] = pack_slot(rec)
@@ -583,22 +523,22 @@ class _Checker:
             )
         return rec
 
-    def gaps(self, listing: _Listing, rec: CommitRecord) -> None:
+    def gaps(self, listing: Listing, rec: CommitRecord) -> None:
         """Offsets that nothing holds (not even quarantine), from the journal's
         recorded start on (without one, from the first kept fragment on)."""
         # Without repair, a damaged fragment (reported already) still holds its offsets.
-        pieces = sorted((p.begin, p.end) for p in listing.sealed if p.good or not self.repair)
+        held = sorted((p.begin, p.end) for p in listing.sealed if p.good or not self.repair)
         if rec.end > rec.begin:
-            pieces.append((rec.begin, rec.end))
+            held.append((rec.begin, rec.end))
         start = read_start(self.jd)
         if start is not None:
             pos = start
-        elif pieces:
-            pos = pieces[0][0]
+        elif held:
+            pos = held[0][0]
         else:
             return
-        first = pieces[0][0] if pieces else rec.begin
-        for begin, end in [*pieces, (rec.begin, rec.begin)]:
+        first = held[0][0] if held else rec.begin
+        for begin, end in [*held, (rec.begin, rec.begin)]:
             while begin > pos:
                 through = _through(listing.quarantined, pos)
                 if through > pos:
@@ -607,7 +547,7 @@ class _Checker:
                 stop = min([begin] + [q.begin for q in listing.quarantined if q.begin > pos])
                 repair = None
                 if self.repair:
-                    repair = f"the loss recorded in {_marker(self.jd, pos, stop)}"
+                    repair = f"the loss recorded in {marker(self.jd, pos, stop)}"
                 self.problem(
                     None,
                     "no fragment holds these offsets, but earlier ones are kept (a fragment"
@@ -639,25 +579,12 @@ class _Checker:
             os.close(fd)
         # Checksums of fragments no longer there (moved to quarantine, or a
         # trim that crashed) are worth nothing.
-        listing = _list(self.jd)
+        listing = list_files(self.jd)
         fragments = {(p.begin, p.end) for p in listing.sealed}
         for at_end, base in listing.sums.items():
             if at_end not in fragments:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(self.jd.file(base))
-
-
-def _read_commit(jd: JournalDir) -> bytes | None:
-    """The commit record file's bytes (the record, then the open fragment's
-    batch checksums), None if there is none."""
-    try:
-        fd = os.open(jd.commit_path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
-    except FileNotFoundError:
-        return None
-    try:
-        return os.pread(fd, max(RECORD_SIZE, os.fstat(fd).st_size), 0)
-    finally:
-        os.close(fd)
 
 
 def _open_begin(raw: bytes | None) -> int | None:
@@ -677,57 +604,11 @@ def _through(quarantined: list[Quarantined], offset: int) -> int:
     return pos
 
 
-def _marker(jd: JournalDir, begin: int, end: int) -> str:
-    """An empty quarantine file that records that ``[begin, end)`` is lost."""
-    path = unused_name(jd, quarantine_name(begin, end, "missing"))
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_NOFOLLOW, 0o644)
-    os.close(fd)
-    fsync_dir(jd.path)
-    return os.path.basename(path)
-
-
-def _write_sealed(
-    jd: JournalDir, begin: int, data: bytes, batches: list[Batch] | None = None
-) -> str:
-    """A new sealed fragment ``[begin, begin + len(data))`` holding ``data``,
-    with the checksums of its ``batches``; its name."""
-    end = begin + len(data)
-    write_sums(jd, begin, end, batches or [])
-    name = sealed_name(begin, end, hashlib.sha1(data, usedforsecurity=False).digest())
-    write_atomically(jd, name, data)
-    return name
-
-
 _BAD_BATCH: Final = "a batch of appends does not match its checksum (changed in place)"
 _BAD_UNCHECKED: Final = (
     "fragment content does not match the SHA-1 in its name, and these offsets, which no"
     " batch checksum covers, hold the damage"
 )
-
-
-def _pieces(begin: int, end: int, bad: list[tuple[int, int]]) -> Iterator[tuple[int, int, bool]]:
-    """``[begin, end)`` cut into runs, each damaged (in ``bad``, sorted and
-    disjoint) or not."""
-    at = begin
-    for b, e in bad:
-        if b > at:
-            yield at, b, False
-        yield b, e, True
-        at = e
-    if at < end:
-        yield at, end, False
-
-
-def _copy_to(jd: JournalDir, fd: int, start: int, stop: int, path: str) -> None:
-    """Copy bytes ``[start, stop)`` of ``fd`` to a new file at ``path``, durably."""
-    out, tmp = create_temp(jd, os.path.basename(path))
-    try:
-        write_all(out, os.pread(fd, stop - start, start), 0)
-        os.fsync(out)
-    finally:
-        os.close(out)
-    os.rename(tmp, path)
-    fsync_dir(jd.path)
 
 
 def check_journal(jd: JournalDir, *, repair: bool = False) -> list[JournalProblem]:
@@ -748,14 +629,3 @@ def check_journal(jd: JournalDir, *, repair: bool = False) -> list[JournalProble
         return problems
     with locked(jd):
         return _Checker(jd, True).run()
-
-
-def quarantine_files(jd: JournalDir) -> Iterator[str]:
-    """Paths of the journal's quarantine files, sorted."""
-    try:
-        names = sorted(e.name for e in os.scandir(jd.path))
-    except (FileNotFoundError, NotADirectoryError):
-        raise JournalNotFoundError(jd.name) from None
-    for name in names:
-        if name.startswith(QUARANTINE_PREFIX):
-            yield jd.file(name)

@@ -44,10 +44,9 @@ from .._labels import LabelSelector, LabelSet, LabelsInit, parse_label_selector
 from .._spec import AppendResult, Fragment, JournalSpec, validate_journal_name
 from .._util import age_seconds
 from ..durable import TEMP_PREFIX, fsync_dir
-from .check import JournalProblem, check_journal, quarantine_files
+from .check import JournalProblem, check_journal
 from .files import (
     JournalDir,
-    fragment_sha1,
     locked,
     open_commit,
     open_fragment_path,
@@ -74,9 +73,10 @@ from .fragment import (
     parse_open_name,
     parse_sealed_name,
 )
+from .listing import quarantine_files
 from .reader import LocalJournalReader, StoreServices, open_reader
 from .transient import Emitters
-from .verify import verify_journal
+from .verify import FragmentChecks, verify_journal
 from .watch import Watcher
 from .writer import JournalWriter
 
@@ -95,8 +95,6 @@ _MAX_COMPONENT: Final = 255
 # A component shaped like a Gazette fragment name would collide with the
 # parent journal's fragment files.
 _RESERVED_COMPONENT: Final = re.compile(r"[0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{40}(\.\w*)?")
-# Fragments whose SHA-1 was checked, keyed by file identity; bounded.
-_VERIFIED_MAX: Final = 4096
 
 LOG: Final = logging.getLogger("journal")
 
@@ -143,7 +141,7 @@ class LocalJournalStore(Closing):
         if router is not None:
             self.append = router  # type: ignore[assignment]
         self._watcher = Watcher()
-        self._verified: dict[tuple[int, int, int, int], None] = {}
+        self._fragment_checks = FragmentChecks()
         self._warned: set[tuple[str, int]] = set()  # (journal, seq) of damaged records
         self._real_root = os.path.realpath(self.root)
         self._emitters = Emitters(self._real_root)  # what emits to each journal use
@@ -619,31 +617,8 @@ class LocalJournalStore(Closing):
         """Raise ``CorruptJournalError`` unless the open file ``fd`` holds
         exactly the content its name claims: its size always, its SHA-1 too
         unless ``verify_fragments`` is off (once per file per store)."""
-        st = os.fstat(fd)
-        base = os.path.basename(frag.path)
-        if st.st_size != frag.size:
-            raise jd.corrupt(
-                base,
-                f"fragment holds {st.st_size} bytes, its name says {frag.size}",
-                frag.begin,
-                frag.end,
-            )
-        if not self.verify_fragments and cached:
-            return
-        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        if cached and key in self._verified:
-            return
-        if fragment_sha1(fd, frag.size) != frag.sha1:
-            raise jd.corrupt(
-                base,
-                "fragment content does not match the SHA-1 in its name",
-                frag.begin,
-                frag.end,
-            )
-        with self._lock:
-            if len(self._verified) >= _VERIFIED_MAX:
-                self._verified.pop(next(iter(self._verified)))
-            self._verified[key] = None
+        self._fragment_checks.check(jd, frag, fd, sha1=self.verify_fragments or not cached,
+                                    cached=cached)
 
     def _after_fork_in_child(self) -> None:
         """The child of a fork has none of our threads: start afresh (the
@@ -651,6 +626,7 @@ class LocalJournalStore(Closing):
         for w in self._writers.values():
             w.forget_after_fork()
         self._lock = threading.Lock()
+        self._fragment_checks = FragmentChecks()  # (its lock may be held by a thread gone)
         self._writers.clear()  # (the same dict: append's router reads it)
         self._emitters = Emitters(self._real_root)  # (its lock may be held by a thread gone)
         self._watcher.forget_after_fork()

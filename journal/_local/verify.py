@@ -5,12 +5,15 @@ committed offset, and each holds what its name and checksums say
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
+from typing import Final
 
 from .._spec import Fragment
 from .files import (
     JournalDir,
     Quarantined,
+    fragment_sha1,
     open_batches,
     open_commit,
     read_record,
@@ -20,6 +23,50 @@ from .files import (
 )
 from .fragment import open_name
 from .sums import bad_batches
+
+#: Sealed fragments whose SHA-1 a store remembers having checked: at most this many.
+_VERIFIED_MAX: Final = 4096
+
+
+class FragmentChecks:
+    """A store's checks of sealed fragment files against their names, and
+    which files passed (by identity: device, inode, size, mtime; bounded)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._verified: dict[tuple[int, int, int, int], None] = {}
+
+    def check(self, jd: JournalDir, frag: Fragment, fd: int, *, sha1: bool,
+              cached: bool) -> None:
+        """Raise ``CorruptJournalError`` unless the open file ``fd`` has the
+        size ``frag``'s name says and, with ``sha1``, its SHA-1: once per
+        file with ``cached``, every time without."""
+        st = os.fstat(fd)
+        base = os.path.basename(frag.path)
+        if st.st_size != frag.size:
+            raise jd.corrupt(
+                base,
+                f"fragment holds {st.st_size} bytes, its name says {frag.size}",
+                frag.begin,
+                frag.end,
+            )
+        if not sha1:
+            return
+        key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        if cached and key in self._verified:
+            return
+        if fragment_sha1(fd, frag.size) != frag.sha1:
+            raise jd.corrupt(
+                base,
+                "fragment content does not match the SHA-1 in its name",
+                frag.begin,
+                frag.end,
+            )
+        with self._lock:
+            if len(self._verified) >= _VERIFIED_MAX:
+                self._verified.pop(next(iter(self._verified)))
+            self._verified[key] = None
+
 
 #: ``verify_fragment(jd, fragment, fd, cached=...)``: the store's check of
 #: a sealed fragment's size and SHA-1 (see ``LocalJournalStore``).
