@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
 import re
 import signal
 import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import IO, Any
 
 import orjson
@@ -136,20 +134,13 @@ def _recover_intents(args: argparse.Namespace, store: Any) -> None:
     logs = [p for p in sorted((root / _INTENTS_DIR).glob("*.json"))
             if re.fullmatch(r"[0-9a-f]{12}\.json", p.name) and p.is_file()]
     for path in logs:
-        n = IntentLog(path).recover(store)
+        log = IntentLog(path)
+        n = log.recover(store)
         if n:
             print(f"finished an interrupted transaction: wrote {counted(n, 'ACK intent')} from"
                   f" {path}",
                   file=sys.stderr)
-        _drop_if_empty(path)
-
-
-def _drop_if_empty(path: Path) -> None:
-    """Remove an intent log that holds nothing (cleared: its commit is
-    done); its producer is not used again."""
-    with contextlib.suppress(FileNotFoundError):
-        if path.stat().st_size == 0:
-            path.unlink()
+        log.remove()  # its producer is not used again
 
 
 class _Interrupt:
@@ -277,7 +268,7 @@ def cmd_append(args: argparse.Namespace) -> int:
                     with Transaction(pub, log) as txn:
                         publish_all(txn.publish)
                     if isinstance(log, IntentLog):
-                        _drop_if_empty(log.path)
+                        log.remove()  # committed: its producer is not used again
                 else:
                     publish_all(pub.publish_committed)
             except KeyboardInterrupt:

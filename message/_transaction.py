@@ -41,7 +41,7 @@ from ._publisher import AckIntent, Publisher
 if TYPE_CHECKING:
     from journal import AppendResult, JournalClient, JournalStore
 
-log = logging.getLogger("message")
+LOG = logging.getLogger("message")
 
 
 class IntentLog:
@@ -104,7 +104,7 @@ class IntentLog:
             except ValueError:
                 whole = False
             if not whole:
-                log.warning("%s: its last save was cut short, before any of its intents"
+                LOG.warning("%s: its last save was cut short, before any of its intents"
                             " was written: nothing to write again", self.path)
                 return []
             data = rest[:size]
@@ -128,6 +128,14 @@ class IntentLog:
             write_intents(client, intents)
             self.clear()
         return len(intents)
+
+    def remove(self) -> None:
+        """Remove the log's file if it holds no intents (cleared: its last
+        commit is done), for a user done with it; a log that still holds
+        intents stays, for ``recover``."""
+        with contextlib.suppress(FileNotFoundError):
+            if self.path.stat().st_size == 0:
+                self.path.unlink()
 
 
 class JournalIntentLog:

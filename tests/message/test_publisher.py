@@ -488,6 +488,20 @@ def test_an_intent_log_whose_last_save_was_cut_short_holds_nothing(client, tmp_p
     assert log.load() == []
 
 
+def test_an_intent_log_is_removed_only_once_it_holds_nothing(client, tmp_path) -> None:
+    """``remove`` drops a cleared log's file, never one with intents to write."""
+    pub = Publisher(client)
+    pub.publish_uncommitted(to("journal/one"), Doc("a")).result()
+    log = IntentLog(tmp_path / "intents.json")
+    log.save(pub.build_ack_intents())
+    log.remove()
+    assert log.path.exists() and len(log.load()) == 1
+    log.clear()
+    log.remove()
+    assert not log.path.exists()
+    log.remove()  # (no file: nothing to do)
+
+
 class NoUUID(dict):
     """A message type that cannot carry a UUID: the nil UUID, set_uuid ignored."""
 
