@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from consumer import (
     Application,
     JSONFileStore,
@@ -111,13 +113,17 @@ class _Derive(Application):
         if isinstance(store, JSONFileStore):
             store.state.setdefault("sessions", {}).update(self.counts)
         elif isinstance(store, SQLiteStore):
-            store.connection.executemany(
-                "INSERT INTO sessions (k, c) VALUES (?, ?) ON CONFLICT (k)"
-                " DO UPDATE SET c = c + excluded.c", self.counts.items())
+            # One statement for the whole set of rows: SQLite reads them from JSON.
+            store.connection.execute(
+                "INSERT INTO sessions (k, c) SELECT key, value FROM json_each(?) WHERE 1"
+                " ON CONFLICT (k) DO UPDATE SET c = c + excluded.c",
+                (orjson.dumps(self.counts),))
         elif isinstance(store, PostgresStore):
-            store.connection.cursor().executemany(
-                "INSERT INTO sessions (k, c) VALUES (%s, %s) ON CONFLICT (k)"
-                " DO UPDATE SET c = sessions.c + excluded.c", list(self.counts.items()))
+            # One statement, one round trip, for the whole set of rows.
+            store.connection.execute(
+                "INSERT INTO sessions (k, c) SELECT * FROM unnest(%s::text[], %s::bigint[])"
+                " ON CONFLICT (k) DO UPDATE SET c = sessions.c + excluded.c",
+                (list(self.counts), list(self.counts.values())))
         self.counts = {}
 
 
