@@ -10,7 +10,6 @@ both reproduce Gazette's Go routing exactly.
 from __future__ import annotations
 
 import random
-import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
@@ -36,7 +35,7 @@ def fnv1a_32(data: bytes) -> int:
 
 def mmh3_32(data: bytes) -> int:
     """32-bit unsigned MurmurHash3 with seed 0."""
-    return mmh3.hash(data, 0, signed=False)
+    return mmh3.hash(data, 0, False)
 
 
 _HASHES: Final[dict[str, Callable[[bytes], int]]] = {"mmh3": mmh3_32, "fnv1a": fnv1a_32}
@@ -49,25 +48,52 @@ def _hasher(name: str) -> Callable[[bytes], int]:
         raise ValueError(f"unknown hash {name!r}: use one of {sorted(_HASHES)}") from None
 
 
-def _key_bytes(key: bytes | str) -> bytes:
-    return key.encode() if isinstance(key, str) else bytes(key)
-
-
 def _route(spec: JournalSpec) -> tuple[str, str]:
     return spec.name, spec.content_type or ""
+
+
+class _Partitions:
+    """What a mapping derives from the partitions: each one's route (name,
+    content type) and the hash of its name, kept while ``partitions()``
+    returns the very same object (compared with ``is``) of the same length.
+
+    One tuple is replaced whole, so threads need no lock: two that see a new
+    object at once both derive the same thing."""
+
+    __slots__ = ("_h", "entry")
+
+    def __init__(self, h: Callable[[bytes], int]) -> None:
+        self._h = h
+        # (partitions object, routes, name hashes)
+        self.entry: tuple[object, Sequence[tuple[str, str]], Sequence[int]] = (None, (), ())
+
+    def of(self, parts: Sequence[JournalSpec]) -> tuple[object, Sequence[tuple[str, str]],
+                                                        Sequence[int]]:
+        entry = self.entry
+        # A list grown or shrunk in place is seen too.
+        if entry[0] is not parts or len(entry[1]) != len(parts):
+            if not parts:
+                raise EmptyPartitionsError()
+            entry = self.entry = (parts, [_route(p) for p in parts],
+                                  [self._h(p.name.encode()) for p in parts])
+        return entry
 
 
 def modulo_mapping(
     key: MappingKeyFunc, partitions: PartitionsFunc, *, hash: str = "mmh3"
 ) -> MappingFunc:
-    """Map a message to partition ``h(key(msg)) % len(partitions())``."""
+    """Map a message to partition ``h(key(msg)) % len(partitions())``.
+
+    The partitions' routes are derived once while ``partitions()`` returns
+    the very same object (compared with ``is``): return a new sequence when
+    they change, as ``journal.WatchedList`` does."""
     h = _hasher(hash)
+    cache = _Partitions(h)
 
     def mapping(msg: object) -> tuple[str, str]:
-        parts = partitions()
-        if not parts:
-            raise EmptyPartitionsError()
-        return _route(parts[h(_key_bytes(key(msg))) % len(parts)])
+        routes = cache.of(partitions())[1]
+        k = key(msg)
+        return routes[h(k.encode() if isinstance(k, str) else bytes(k)) % len(routes)]
 
     return mapping
 
@@ -78,31 +104,22 @@ def rendezvous_mapping(
     """Map a message by highest random weight: the first partition with the
     strictly largest ``h(key(msg)) ^ h(journal name)``.
 
-    Journal-name hashes are cached while ``partitions()`` returns the very
-    same object (compared with ``is``).
+    Journal-name hashes and routes are derived once while ``partitions()``
+    returns the very same object (compared with ``is``).
     """
     h = _hasher(hash)
-    lock = threading.Lock()
-    cache: list[object] = [None, ()]  # [last partitions result, its name hashes]
-
-    def hashes_of(parts: Sequence[JournalSpec]) -> Sequence[int]:
-        with lock:
-            if cache[0] is not parts:
-                cache[0], cache[1] = parts, [h(p.name.encode()) for p in parts]
-            return cache[1]  # type: ignore[return-value]
+    cache = _Partitions(h)
 
     def mapping(msg: object) -> tuple[str, str]:
-        parts = partitions()
-        if not parts:
-            raise EmptyPartitionsError()
-        hashes = hashes_of(parts)
-        s = h(_key_bytes(key(msg)))
+        _, routes, hashes = cache.of(partitions())
+        k = key(msg)
+        s = h(k.encode() if isinstance(k, str) else bytes(k))
         best, index = 0, 0
         for i, jh in enumerate(hashes):
             w = s ^ jh
             if w > best:
                 best, index = w, i
-        return _route(parts[index])
+        return routes[index]
 
     return mapping
 

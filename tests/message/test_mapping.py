@@ -325,6 +325,24 @@ def test_mappings_follow_a_new_partitions_object() -> None:
                 assert {mapping({"key": k})[0] for k in keys} <= {p.name for p in parts}
 
 
+def test_mappings_see_a_list_grown_or_shrunk_in_place() -> None:
+    """A partitions() result that is the same list, appended to or cut, maps
+    as a fresh mapping over what it now holds."""
+    keys = [f"key-{i}" for i in range(50)]
+    for make in (modulo_mapping, rendezvous_mapping):
+        parts = partitions(2)
+        mapping = make(by_text, lambda p=parts: p)
+        for change in ("append", "pop first", "pop last"):
+            if change == "append":
+                parts.append(JournalSpec("a/topic/new", {"content-type": CSV}))
+            else:
+                parts.pop(0 if change == "pop first" else -1)
+            fresh = make(by_text, lambda p=list(parts): p)
+            for k in keys:
+                assert mapping({"key": k}) == fresh({"key": k}), (make, k)
+            assert {mapping({"key": k})[0] for k in keys} <= {p.name for p in parts}
+
+
 def test_rendezvous_mapping_from_mmh3_fresh_vs_cached() -> None:
     """With the default hash, repeated calls on the same partitions agree with a fresh mapping."""
     parts = partitions(64)
