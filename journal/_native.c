@@ -553,9 +553,11 @@ fail:
 }
 
 /*
- * RecordingAppend(append, futures, prune, prune_at): a callable, append(name,
- * data) that also appends the future to the list futures; once the list
- * holds prune_at futures, prune() is called and returns the next threshold.
+ * RecordingAppend(append, futures, prune, prune_at): a callable that calls
+ * append with its arguments (a client's append(name, data), a Publisher's
+ * publish_uncommitted(mapping, msg)) and appends the future it returns to
+ * the list futures; once the list holds prune_at futures, prune() is called
+ * and returns the next threshold.
  * PendingAppends.recorder's closure is the definition.
  */
 

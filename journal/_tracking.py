@@ -27,7 +27,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, ParamSpec
 
 from ._closing import Closing
 from ._future import LAYOUT_KNOWN, AppendFuture
@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from ._interfaces import JournalClient, JournalReader
     from ._labels import LabelSelector
     from ._spec import AppendResult, JournalSpec
+
+P = ParamSpec("P")
 
 #: Look over the futures kept when there are this many (at least).
 PRUNE_AT: Final = 4096
@@ -96,18 +98,19 @@ class PendingAppends:
         return self._prune_at
 
     def recorder(
-        self, append: Callable[[str, bytes], Future[AppendResult]]
-    ) -> Callable[[str, bytes], Future[AppendResult]]:
+        self, append: Callable[P, Future[AppendResult]]
+    ) -> Callable[P, Future[AppendResult]]:
         """``append`` that also keeps each future here: a client's ``append``
-        made to track its appends (native where built: no Python call)."""
+        made to track its appends, or a Publisher's ``publish_uncommitted``
+        (native where built: no Python call)."""
         if NATIVE is not None:
-            recording: Callable[[str, bytes], Future[AppendResult]] = NATIVE.RecordingAppend(
+            recording: Callable[P, Future[AppendResult]] = NATIVE.RecordingAppend(
                 append, self._futures, self.prune, PRUNE_AT
             )
             return recording
 
-        def recording_append(name: str, data: bytes) -> Future[AppendResult]:
-            future = append(name, data)
+        def recording_append(*args: P.args, **kwargs: P.kwargs) -> Future[AppendResult]:
+            future = append(*args, **kwargs)
             self.add(future)
             return future
 
@@ -153,7 +156,7 @@ class TrackingClient(Closing):
     def __init__(self, client: JournalClient) -> None:
         self.client = client
         self.pending = PendingAppends()
-        self.append = self.pending.recorder(client.append)  # type: ignore[method-assign,assignment]
+        self.append = self.pending.recorder(client.append)  # type: ignore[method-assign]
 
     def append(self, name: str, data: bytes) -> Future[AppendResult]:
         """Append through the client; the future is kept in ``pending``

@@ -230,8 +230,10 @@ class Transaction:
     ) -> None:
         self.publisher = publisher
         self.log = log
-        # Its messages' appends, until they are durable (or one failed).
+        # Its messages' appends, until they are durable (or one failed):
+        # publish_uncommitted made to keep each future there.
         self._appends = PendingAppends()
+        self._publish = self._appends.recorder(publisher.publish_uncommitted)
         self._done = False
 
     @property
@@ -242,9 +244,7 @@ class Transaction:
         """Publish ``msg`` as part of the transaction."""
         if self._done:
             raise RuntimeError("the transaction is already committed or aborted")
-        future = self.publisher.publish_uncommitted(mapping, msg)
-        self._appends.add(future)
-        return future
+        return self._publish(mapping, msg)
 
     def commit(self) -> list[AckIntent]:
         """Make the transaction's messages visible to read-committed readers."""

@@ -152,3 +152,35 @@ def test_tracking_client_is_a_journal_client(impl: str) -> None:
         with tracked.read("a") as r:
             assert r.read() == b"{}\n"
     assert client.append("a", b"{}\n").result().begin == 3
+
+
+def test_recorder_passes_any_arguments_through_and_keeps_each_future(impl: str) -> None:
+    """A recorder wraps any callable that returns a future (a Publisher's
+    publish_uncommitted(mapping, msg) too): arguments, keyword arguments and
+    errors pass through as they are; each future returned is settled."""
+    pending = tracking.PendingAppends()
+    calls: list[tuple[Any, ...]] = []
+    futures: list[Future[Any]] = []
+
+    def publish(mapping: Any, msg: Any, *, flag: int = 0) -> Future[Any]:
+        if msg == "bad":
+            raise ValueError("bad message")
+        calls.append((mapping, msg, flag))
+        f: Future[Any] = Future()
+        futures.append(f)
+        return f
+
+    record = pending.recorder(publish)
+    assert record("m", 1) is futures[0]
+    assert record("m", 2, flag=3) is futures[1]
+    with pytest.raises(ValueError, match="bad message"):
+        record("m", "bad")
+    assert calls == [("m", 1, 0), ("m", 2, 3)]
+    assert len(pending) == 2
+    with pytest.raises(TimeoutError):
+        pending.settle(timeout=0.05)  # neither is done: both are waited for
+    futures[0].set_result(("j", 0, 1))
+    futures[1].set_exception(JournalError("lost"))
+    with pytest.raises(JournalError, match="lost"):
+        pending.settle()
+    assert len(pending) == 0
