@@ -54,6 +54,12 @@ DEFAULT_ETCD_LEASE: Final = 3
 # allocator.MembersPrefix, then zone#id.
 _MEMBERS_PREFIX: Final = "/gazette/cluster/members/"
 _ZONE: Final = "local"
+#: What a broker logs when its etcd client's first call did not answer within
+#: Gazette's dial timeout, a twentieth of the lease (150 ms for 3 s); it then
+#: exits. On a busy machine that is a passing delay, not a broken cluster: a
+#: broker that exits so while starting is launched again, this many times.
+_ETCD_DIAL_FAILED: Final = "failed to build Etcd client"
+_RELAUNCHES: Final = 3
 
 
 # -- errors -----------------------------------------------------------------------
@@ -567,8 +573,15 @@ class GazetteCluster:
 
     def _wait_broker(self, proc: Proc, deadline: float) -> None:
         last = ""
+        relaunches = 0
         while True:
             if not alive(proc):
+                if (relaunches < _RELAUNCHES and time.monotonic() < deadline
+                        and self._gave_up_on_etcd(proc)):
+                    relaunches += 1
+                    self._launch_broker(proc)
+                    self._write_state()
+                    continue
                 raise self._exited(proc, "while starting")
             if port_open(proc.port):
                 try:
@@ -585,6 +598,13 @@ class GazetteCluster:
                     err.args = (f"{err.args[0]}\n--- gazctl's last error ---\n{last}",)
                 raise err
             time.sleep(0.1)
+
+    def _gave_up_on_etcd(self, proc: Proc) -> bool:
+        """Whether the last run of ``proc`` (a broker) exited because its etcd
+        client's first call timed out (see ``_ETCD_DIAL_FAILED``)."""
+        tail = log_tail(self._log_path(proc.name))
+        last_run = tail.rpartition("\n=== ")[2]  # spawn() heads each run with a line
+        return _ETCD_DIAL_FAILED in last_run
 
     def _gazctl(self, address: str, args: Sequence[str], *, input: bytes | None,
                 check: bool, timeout: float | None) -> subprocess.CompletedProcess[bytes]:

@@ -316,6 +316,62 @@ def test_failed_start_reports_the_log_and_stops_all(gazette_binaries: Binaries,
     assert not pid_alive(doc["etcd"]["pid"])
 
 
+def _failing_gazette(tmp_path: Path, real: Path, failures: int) -> Path:
+    """A ``gazette`` whose first ``failures`` runs of ``serve`` exit as a
+    broker does when etcd did not answer its client in time; later runs are
+    the real broker."""
+    count = tmp_path / "serve-runs"
+    wrapper = tmp_path / "gazette"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = serve ]; then echo x >> "{count}"; fi\n'
+        f'if [ "$1" = serve ] && [ "$(wc -l < "{count}")" -le {failures} ]; then\n'
+        "  echo 'level=fatal msg=\"failed to build Etcd client\""
+        " err=\"context deadline exceeded\"'\n"
+        "  exit 1\n"
+        "fi\n"
+        f'exec "{real}" "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+@pytest.mark.gazette
+def test_a_broker_that_gave_up_on_etcd_while_starting_is_launched_again(
+        gazette_binaries: Binaries, tmp_path: Path) -> None:
+    """Gazette's broker exits at once when etcd does not answer its client
+    within a twentieth of the lease (150 ms for 3 s), which a busy machine
+    can cause: the cluster launches it again and it serves; its log holds
+    both runs, and stop() leaves no process of it."""
+    wrapper = _failing_gazette(tmp_path, gazette_binaries.gazette, failures=2)
+    bins = Binaries(gazette=wrapper, gazctl=gazette_binaries.gazctl, etcd=gazette_binaries.etcd)
+    cluster = GazetteCluster(tmp_path / "c", brokers=1, binaries=bins)
+    with cluster:
+        r = subprocess.run([str(gazette_binaries.gazctl), "journals", "list",
+                            f"--broker.address={cluster.address}"],
+                           capture_output=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        pids = [p["pid"] for p in json.loads(cluster.state_file.read_text())["brokers"]]
+    log = (cluster.log_dir / "broker-0.log").read_text()
+    assert log.count("exactly.localcluster starts:") == 3
+    assert log.count("failed to build Etcd client") == 2
+    assert not any(pid_alive(pid) for pid in pids)
+
+
+@pytest.mark.gazette
+def test_a_broker_that_keeps_giving_up_on_etcd_is_reported(gazette_binaries: Binaries,
+                                                            tmp_path: Path) -> None:
+    """Launched again a few times only: then ClusterStartError with the log."""
+    wrapper = _failing_gazette(tmp_path, gazette_binaries.gazette, failures=100)
+    bins = Binaries(gazette=wrapper, gazctl=gazette_binaries.gazctl, etcd=gazette_binaries.etcd)
+    cluster = GazetteCluster(tmp_path / "c", brokers=1, binaries=bins)
+    with pytest.raises(ClusterStartError) as err:
+        cluster.start(timeout=30)
+    assert err.value.process == "broker-0"
+    assert "failed to build Etcd client" in err.value.log_tail
+    log = (cluster.log_dir / "broker-0.log").read_text()
+    assert log.count("exactly.localcluster starts:") == 4  # the first run and 3 more
+
+
 @pytest.mark.gazette
 def test_cluster_stops_when_its_process_exits(gazette_binaries: Binaries,
                                               tmp_path: Path) -> None:
