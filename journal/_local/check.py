@@ -46,6 +46,8 @@ from .._errors import CorruptJournalError, JournalError
 from .._spec import JournalSpec, sealed_name
 from ..durable import fsync_dir
 from .files import (
+    O_CLOEXEC,
+    O_NOFOLLOW,
     JournalDir,
     Quarantined,
     fragment_sha1,
@@ -82,8 +84,6 @@ from .listing import Listing, Piece, list_files, read_commit_file
 from .salvage import copy_to, marker, pieces, write_sealed
 from .sums import Batch, bad_batches, log_batches, unchecked
 
-_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
-_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 # A name component is at most 255 bytes: quarantined foreign names are cut.
 _MAX_NAME: Final = 240
 # Listings retried while writers seal (each retry follows a seal).
@@ -205,7 +205,7 @@ class _Checker:
         if base is None or not batches:
             return False
         try:
-            fd = os.open(self.jd.file(base), os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
+            fd = os.open(self.jd.file(base), os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
         except FileNotFoundError:
             return False  # Sealed since listed (a check holds no lock).
         try:
@@ -239,7 +239,7 @@ class _Checker:
             want = p.end - p.begin
             path = self.jd.file(p.base)
             try:
-                fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
+                fd = os.open(path, os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
             except FileNotFoundError:
                 p.good = False
                 continue
@@ -448,7 +448,7 @@ class _Checker:
             return rec
         repair = None
         if self.repair:
-            fd = os.open(path, os.O_RDWR | _O_CLOEXEC | _O_NOFOLLOW)
+            fd = os.open(path, os.O_RDWR | O_CLOEXEC | O_NOFOLLOW)
             try:
                 data = os.pread(fd, size, 0)
                 cut = frame_cut(self.spec, data)
@@ -500,7 +500,7 @@ class _Checker:
                 data = f.read()
             cut = frame_cut(self.spec, data)
             if cut < len(data):
-                fd = os.open(path, os.O_RDWR | _O_CLOEXEC | _O_NOFOLLOW)
+                fd = os.open(path, os.O_RDWR | O_CLOEXEC | O_NOFOLLOW)
                 try:
                     quarantine_copy(self.jd, fd, cut, len(data), at + cut, at + len(data),
                                     "uncommitted")

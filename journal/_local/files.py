@@ -56,10 +56,10 @@ from .sums import Batch, OpenLog, pack_batches, parse_batches, read_log
 SPEC_FORMAT: Final = 1
 # Files are read and hashed in pieces of this size.
 _CHUNK: Final = 1 << 20
-_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 # Files the store writes are never reached through a symbolic link.
-_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
-_O_CREATE_NEW: Final = os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_NOFOLLOW
+O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
+_O_CREATE_NEW: Final = os.O_CREAT | os.O_EXCL | O_CLOEXEC | O_NOFOLLOW
 LOG: Final = logging.getLogger("journal")
 
 
@@ -103,6 +103,14 @@ class JournalDir:
 
 
 # The recorded start ----------------------------------------------------------
+
+
+def dir_entries(jd: JournalDir) -> list[os.DirEntry[str]]:
+    """The entries of ``jd``'s directory; ``JournalNotFoundError`` if it is gone."""
+    try:
+        return list(os.scandir(jd.path))
+    except (FileNotFoundError, NotADirectoryError):
+        raise JournalNotFoundError(jd.name) from None
 
 
 def read_start(jd: JournalDir) -> int | None:
@@ -177,7 +185,7 @@ def open_lock(jd: JournalDir, *, create: bool = False) -> int:
     for the lock we check that we hold the file now at the path, and retry
     otherwise. Raises ``JournalNotFoundError`` if there is none (and not
     ``create``)."""
-    flags = os.O_RDWR | _O_CLOEXEC | _O_NOFOLLOW | (os.O_CREAT if create else 0)
+    flags = os.O_RDWR | O_CLOEXEC | O_NOFOLLOW | (os.O_CREAT if create else 0)
     while True:
         try:
             fd = os.open(jd.lock_path, flags, 0o644)
@@ -227,8 +235,8 @@ def locked(jd: JournalDir) -> Iterator[int]:
 
 def open_commit(jd: JournalDir, *, write: bool = False) -> int:
     try:
-        flags = (os.O_RDWR | _O_NOFOLLOW) if write else os.O_RDONLY
-        return os.open(jd.commit_path, flags | _O_CLOEXEC)
+        flags = (os.O_RDWR | O_NOFOLLOW) if write else os.O_RDONLY
+        return os.open(jd.commit_path, flags | O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
         if not os.path.exists(jd.spec_path):
             raise JournalNotFoundError(jd.name) from None
@@ -267,7 +275,7 @@ def read_sums(jd: JournalDir, begin: int, end: int) -> list[Batch]:
     """The batch checksums of the sealed fragment ``[begin, end)`` (none if
     it has no checksum file)."""
     try:
-        fd = os.open(jd.file(sums_name(begin, end)), os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
+        fd = os.open(jd.file(sums_name(begin, end)), os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
     except (FileNotFoundError, NotADirectoryError):
         return []
     try:
@@ -322,11 +330,7 @@ def scan(jd: JournalDir, *, strict: bool = True) -> Scan:
     sealed: list[Fragment] = []
     opens: list[int] = []
     quarantined: list[Quarantined] = []
-    try:
-        entries = list(os.scandir(jd.path))
-    except (FileNotFoundError, NotADirectoryError):
-        raise JournalNotFoundError(jd.name) from None
-    for entry in entries:
+    for entry in dir_entries(jd):
         base = entry.name
         try:
             if entry.is_dir(follow_symlinks=False):
@@ -430,7 +434,7 @@ def recover(jd: JournalDir, commit_fd: int) -> tuple[CommitRecord, int | None]:
     floor = max((q.end for q in listing.quarantined), default=0)
     committed = rec.end - rec.begin
     try:
-        fd = os.open(jd.file(open_name(rec.begin)), os.O_RDWR | _O_CLOEXEC | _O_NOFOLLOW)
+        fd = os.open(jd.file(open_name(rec.begin)), os.O_RDWR | O_CLOEXEC | O_NOFOLLOW)
     except FileNotFoundError:
         if committed and floor < rec.end:
             done = [f for f in listing.sealed if f.begin == rec.begin and f.end == rec.end]

@@ -9,11 +9,10 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Final
 
 from .._errors import JournalNotFoundError
 from ..durable import TEMP_PREFIX
-from .files import JournalDir, Quarantined
+from .files import O_CLOEXEC, O_NOFOLLOW, JournalDir, Quarantined, dir_entries
 from .fragment import (
     JOURNAL_FILES,
     QUARANTINE_PREFIX,
@@ -23,9 +22,6 @@ from .fragment import (
     parse_sealed_name,
     parse_sums_name,
 )
-
-_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
-_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 
 
 @dataclass(slots=True)
@@ -51,11 +47,7 @@ class Listing:
 
 def list_files(jd: JournalDir) -> Listing:
     out = Listing()
-    try:
-        entries = list(os.scandir(jd.path))
-    except (FileNotFoundError, NotADirectoryError):
-        raise JournalNotFoundError(jd.name) from None
-    for entry in entries:
+    for entry in dir_entries(jd):
         base = entry.name
         try:
             if entry.is_dir(follow_symlinks=False):
@@ -87,7 +79,7 @@ def read_commit_file(jd: JournalDir) -> bytes | None:
     """The commit record file's bytes (the record, then the open fragment's
     batch checksums), None if there is none."""
     try:
-        fd = os.open(jd.commit_path, os.O_RDONLY | _O_CLOEXEC | _O_NOFOLLOW)
+        fd = os.open(jd.commit_path, os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
     except FileNotFoundError:
         return None
     try:

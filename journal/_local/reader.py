@@ -21,6 +21,7 @@ from .._reader import JUMPED, ReaderBase, warn_jump, warn_quarantined
 from .._spec import Fragment
 from .._util import check_read_args
 from .files import (
+    O_CLOEXEC,
     JournalDir,
     Scan,
     open_batches,
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
     from .transient import TransientListener
     from .watch import Watch, Watcher
 
-_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 # Each retry follows a concurrent seal or removal; more than a few in a row
 # would mean the directory keeps changing under us faster than we can look.
 _MAX_ATTEMPTS: Final = 100
@@ -231,7 +231,7 @@ class LocalJournalReader(ReaderBase):
         return n
 
     def _open(self, path: str, begin: int, limit: int, sealed: bool) -> None:
-        self._fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+        self._fd = os.open(path, os.O_RDONLY | O_CLOEXEC)
         self._fbegin, self._flimit, self._fsealed = begin, limit, sealed
         self._batches, self._checked = None, 0
 

@@ -8,22 +8,26 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator
-from typing import Final
 
 from .._spec import sealed_name
 from ..durable import fsync_dir, write_all
-from .files import JournalDir, create_temp, unused_name, write_atomically, write_sums
+from .files import (
+    O_CLOEXEC,
+    O_NOFOLLOW,
+    JournalDir,
+    create_temp,
+    unused_name,
+    write_atomically,
+    write_sums,
+)
 from .fragment import quarantine_name
 from .sums import Batch
-
-_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
-_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 
 
 def marker(jd: JournalDir, begin: int, end: int) -> str:
     """An empty quarantine file that records that ``[begin, end)`` is lost."""
     path = unused_name(jd, quarantine_name(begin, end, "missing"))
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_NOFOLLOW, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o644)
     os.close(fd)
     fsync_dir(jd.path)
     return os.path.basename(path)

@@ -60,7 +60,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 
 from .._closing import Closing
 from .._errors import AppendTooLargeError, JournalError
-from .files import JournalDir, open_commit, read_record, read_spec
+from .files import O_CLOEXEC, O_NOFOLLOW, JournalDir, open_commit, read_record, read_spec
 from .fragment import frame_cut
 
 if TYPE_CHECKING:
@@ -81,8 +81,6 @@ _RING_FILE: Final = "@ring"
 _BELL_SUFFIX: Final = ".bell"
 _BELL: Final = b"\x01"
 _RECENT_NS: Final = 100_000_000
-_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
-_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +125,7 @@ class Ring:
         os.makedirs(place, mode=0o700, exist_ok=True)
         self.place: Final = place
         path = os.path.join(place, _RING_FILE)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC | _O_NOFOLLOW, 0o600)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:

@@ -30,6 +30,8 @@ from .._errors import JournalError
 from .._spec import AppendResult
 from ..durable import fsync_dir, write_all
 from .files import (
+    O_CLOEXEC,
+    O_NOFOLLOW,
     JournalDir,
     lock_is_current,
     open_commit,
@@ -47,8 +49,6 @@ from .sums import OpenLog, entry_for
 
 LOG: Final = logging.getLogger("journal")
 
-_O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
-_O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 
 
 class JournalWriter(AppendQueue):
@@ -170,7 +170,7 @@ class JournalWriter(AppendQueue):
             if created:
                 self._open_fd = os.open(
                     open_fragment_path(self.jd, rec),
-                    os.O_RDWR | os.O_CREAT | _O_CLOEXEC | _O_NOFOLLOW,
+                    os.O_RDWR | os.O_CREAT | O_CLOEXEC | O_NOFOLLOW,
                     0o644,
                 )
                 # The file may exist already, holding only the uncommitted
