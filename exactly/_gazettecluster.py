@@ -15,7 +15,6 @@ import threading
 import time
 import urllib.request
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Self, final
 
@@ -29,6 +28,12 @@ from exactly._clusterbuild import (
     log_tail,
 )
 from exactly._clustertls import ClusterSecurity
+from exactly._clustertypes import (
+    ClusterNotFoundError,
+    ClusterStartError,
+    JournalBrokers,
+    ProcessInfo,
+)
 from exactly._gazctl import journal_route, journal_spec_yaml, run_gazctl
 from exactly._procs import (
     Proc,
@@ -60,54 +65,6 @@ _ZONE: Final = "local"
 #: broker that exits so while starting is launched again, this many times.
 _ETCD_DIAL_FAILED: Final = "failed to build Etcd client"
 _RELAUNCHES: Final = 3
-
-
-# -- errors -----------------------------------------------------------------------
-
-
-class ClusterStartError(ClusterError):
-    """A cluster process exited while starting, or did not become ready in
-    time. ``process`` names it (``etcd``, ``broker-1``); ``log_path`` is its log
-    and ``log_tail`` the log's last lines."""
-
-    def __init__(self, message: str, *, process: str, log_path: Path | None,
-                 log_tail: str = "") -> None:
-        text = message
-        if log_tail:
-            text += f"\n--- last lines of {log_path} ---\n{log_tail}"
-        super().__init__(text)
-        self.process = process
-        self.log_path = log_path
-        self.log_tail = log_tail
-
-
-class ClusterNotFoundError(ClusterError):
-    """No cluster was ever started in the directory given to ``attach``."""
-
-
-# -- processes --------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ProcessInfo:
-    """One process of a cluster: ``name`` (``etcd``, ``broker-0``, ...), its
-    ``pid`` (None if never started), ``address`` (client URL), ``log`` path,
-    and whether it is ``running``."""
-
-    name: str
-    pid: int | None
-    address: str
-    log: Path
-    running: bool
-
-
-@dataclass(frozen=True, slots=True)
-class JournalBrokers:
-    """The brokers serving a journal, by index in the cluster: its ``primary``
-    (None while unassigned) and all ``members`` (primary included)."""
-
-    primary: int | None
-    members: tuple[int, ...]
 
 
 # -- the cluster ------------------------------------------------------------------

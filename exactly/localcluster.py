@@ -56,15 +56,14 @@ from exactly._clusterbuild import (
     ensure_binaries,
 )
 from exactly._clustertls import ClusterSecurity
-from exactly._gazctl import GazctlError, journal_spec_yaml
-from exactly._gazettecluster import (
-    DEFAULT_ETCD_LEASE,
+from exactly._clustertypes import (
     ClusterNotFoundError,
     ClusterStartError,
-    GazetteCluster,
     JournalBrokers,
     ProcessInfo,
 )
+from exactly._gazctl import GazctlError, journal_spec_yaml
+from exactly._gazettecluster import DEFAULT_ETCD_LEASE, GazetteCluster
 from exactly._sparkcluster import SparkCluster
 
 __all__ = [
