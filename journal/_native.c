@@ -18,15 +18,23 @@
  * RecordingAppend and ScanFutures: PendingAppends' hot paths (the
  * definition is journal/_tracking.py): an append that keeps its future, and
  * one pass over a list of futures reading append futures' fields directly.
+ *
+ * run_io: several file operations of the local store's writer in one call,
+ * with one release of the GIL for all of them (the definition, and what
+ * each operation does, is journal/_local/iobatch.py's py_run_io).
  */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
+#include <limits.h>
 #include <stddef.h>
 #ifdef _WIN32
 #include <windows.h>
 #else
+#include <errno.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #endif
 
@@ -869,6 +877,263 @@ static PyTypeObject ScanType = {
     .tp_dealloc = (destructor)scan_dealloc,
 };
 
+#ifndef _WIN32
+/* The operations of run_io: journal/_local/iobatch.py's IO_* constants. */
+enum { IO_PWRITE = 0, IO_FDATASYNC = 1, IO_FLOCK = 2, IO_FSTAT = 3, IO_STAT = 4, IO_PREAD = 5 };
+
+typedef struct {
+    int code;
+    int fd;
+    int arg;          /* IO_FLOCK: the operation */
+    long long pos;    /* IO_PWRITE, IO_PREAD */
+    Py_ssize_t size;  /* IO_PREAD: bytes asked for */
+    Py_buffer buf;    /* IO_PWRITE: the data */
+    int has_buf;
+    PyObject *path;   /* IO_STAT: the path, as bytes */
+    PyObject *out;    /* IO_PREAD: the bytes read into */
+    struct stat st;   /* IO_FSTAT, IO_STAT */
+    int found;        /* IO_STAT: 0 if nothing is at the path */
+    Py_ssize_t got;   /* IO_PREAD: bytes read */
+} IoOp;
+
+static void
+io_release(IoOp *ops, Py_ssize_t n)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (ops[i].has_buf) {
+            PyBuffer_Release(&ops[i].buf);
+        }
+        Py_XDECREF(ops[i].path);
+        Py_XDECREF(ops[i].out);
+    }
+    PyMem_Free(ops);
+}
+
+/* An int argument of an operation tuple. 0, or -1 on error. */
+static int
+io_int(PyObject *obj, int *out)
+{
+    long v = PyLong_AsLong(obj);
+    if (v == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (v < INT_MIN || v > INT_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "run_io: value out of range");
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* Parse one operation tuple into op (the GIL held). 0, or -1 on error. */
+static int
+io_parse(PyObject *item, IoOp *op)
+{
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 2) {
+        PyErr_SetString(PyExc_TypeError, "run_io: each operation is a tuple (code, ...)");
+        return -1;
+    }
+    Py_ssize_t len = PyTuple_GET_SIZE(item);
+    long code = PyLong_AsLong(PyTuple_GET_ITEM(item, 0));
+    if (code == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    static const Py_ssize_t lens[] = {4, 2, 3, 2, 2, 4};
+    if (code < IO_PWRITE || code > IO_PREAD || len != lens[code]) {
+        PyErr_Format(PyExc_ValueError, "run_io: not an operation: %R", item);
+        return -1;
+    }
+    op->code = (int)code;
+    if (code == IO_STAT) {
+        return PyUnicode_FSConverter(PyTuple_GET_ITEM(item, 1), &op->path) ? 0 : -1;
+    }
+    if (io_int(PyTuple_GET_ITEM(item, 1), &op->fd) < 0) {
+        return -1;
+    }
+    if (code == IO_FLOCK) {
+        return io_int(PyTuple_GET_ITEM(item, 2), &op->arg);
+    }
+    if (code == IO_PWRITE || code == IO_PREAD) {
+        op->pos = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 3));
+        if (op->pos == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (op->pos < 0) {
+            PyErr_SetString(PyExc_ValueError, "run_io: negative offset");
+            return -1;
+        }
+    }
+    if (code == IO_PWRITE) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(item, 2), &op->buf, PyBUF_SIMPLE) < 0) {
+            return -1;
+        }
+        op->has_buf = 1;
+    }
+    else if (code == IO_PREAD) {
+        op->size = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 2));
+        if (op->size == -1 && PyErr_Occurred()) {
+            return -1;
+        }
+        if (op->size < 0) {
+            PyErr_SetString(PyExc_ValueError, "run_io: negative size");
+            return -1;
+        }
+        op->out = PyBytes_FromStringAndSize(NULL, op->size);
+        if (op->out == NULL) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Run op (the GIL released). 0, or the errno that failed it. */
+static int
+io_step(IoOp *op)
+{
+    int rc;
+    switch (op->code) {
+    case IO_PWRITE: {
+        const char *p = op->buf.buf;
+        Py_ssize_t left = op->buf.len;
+        off_t at = (off_t)op->pos;
+        while (left > 0) {
+            ssize_t w = pwrite(op->fd, p, (size_t)left, at);
+            if (w < 0) {
+                if (errno == EINTR) {
+                    continue;
+                }
+                return errno;
+            }
+            p += w;
+            left -= w;
+            at += w;
+        }
+        return 0;
+    }
+    case IO_FDATASYNC:
+        do {
+#ifdef __APPLE__
+            rc = fsync(op->fd);
+#else
+            rc = fdatasync(op->fd);
+#endif
+        } while (rc < 0 && errno == EINTR);
+        return rc < 0 ? errno : 0;
+    case IO_FLOCK:
+        do {
+            rc = flock(op->fd, op->arg);
+        } while (rc < 0 && errno == EINTR);
+        return rc < 0 ? errno : 0;
+    case IO_FSTAT:
+        do {
+            rc = fstat(op->fd, &op->st);
+        } while (rc < 0 && errno == EINTR);
+        return rc < 0 ? errno : 0;
+    case IO_STAT:
+        do {
+            rc = stat(PyBytes_AS_STRING(op->path), &op->st);
+        } while (rc < 0 && errno == EINTR);
+        if (rc < 0) {
+            if (errno == ENOENT || errno == ENOTDIR) {
+                return 0; /* found stays 0 */
+            }
+            return errno;
+        }
+        op->found = 1;
+        return 0;
+    case IO_PREAD: {
+        ssize_t r;
+        do {
+            r = pread(op->fd, PyBytes_AS_STRING(op->out), (size_t)op->size, (off_t)op->pos);
+        } while (r < 0 && errno == EINTR);
+        if (r < 0) {
+            return errno;
+        }
+        op->got = r;
+        return 0;
+    }
+    }
+    return EINVAL;
+}
+
+static PyObject *
+io_stat_result(const struct stat *st)
+{
+    return Py_BuildValue("(KKL)", (unsigned long long)st->st_dev, (unsigned long long)st->st_ino,
+                         (long long)st->st_size);
+}
+
+static PyObject *
+run_io(PyObject *Py_UNUSED(module), PyObject *arg)
+{
+    if (!PyList_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "run_io(ops: list)");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(arg);
+    IoOp *ops = PyMem_Calloc(n > 0 ? (size_t)n : 1, sizeof(IoOp));
+    if (ops == NULL) {
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (io_parse(PyList_GET_ITEM(arg, i), &ops[i]) < 0) {
+            io_release(ops, n);
+            return NULL;
+        }
+    }
+    Py_ssize_t failed = -1;
+    int err = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        err = io_step(&ops[i]);
+        if (err != 0) {
+            failed = i;
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (failed >= 0) {
+        errno = err;
+        PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, ops[failed].path);
+        io_release(ops, n);
+        return NULL;
+    }
+    PyObject *out = PyList_New(n);
+    if (out == NULL) {
+        io_release(ops, n);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        IoOp *op = &ops[i];
+        PyObject *res;
+        if (op->code == IO_FSTAT || (op->code == IO_STAT && op->found)) {
+            res = io_stat_result(&op->st);
+        }
+        else if (op->code == IO_PREAD) {
+            if (op->got != op->size && _PyBytes_Resize(&op->out, op->got) < 0) {
+                op->out = NULL; /* freed by _PyBytes_Resize */
+                Py_DECREF(out);
+                io_release(ops, n);
+                return NULL;
+            }
+            res = op->out;
+            op->out = NULL;
+        }
+        else {
+            res = Py_NewRef(Py_None);
+        }
+        if (res == NULL) {
+            Py_DECREF(out);
+            io_release(ops, n);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, res);
+    }
+    io_release(ops, n);
+    return out;
+}
+#endif
+
 static PyMethodDef module_methods[] = {
     {"append_results", (PyCFunction)(void (*)(void))append_results, METH_FASTCALL,
      "append_results(cls, journal, begin, data, /)\n--\n\nThe result of each append of data "
@@ -878,6 +1143,11 @@ static PyMethodDef module_methods[] = {
      "garbage collector."},
     {"track", (PyCFunction)track, METH_O,
      "track(obj, /)\n--\n\nPut obj (back) under the cyclic garbage collector."},
+#ifndef _WIN32
+    {"run_io", (PyCFunction)run_io, METH_O,
+     "run_io(ops, /)\n--\n\nRun file operations in order, releasing the GIL once "
+     "(see journal/_local/iobatch.py)."},
+#endif
     {NULL},
 };
 

@@ -51,6 +51,7 @@ from .fragment import (
     slot_offset,
     sums_name,
 )
+from .iobatch import IO_FDATASYNC, IO_FSTAT, IO_PWRITE, IO_STAT, Op, Stat, run_io
 from .sums import Batch, OpenLog, pack_batches, parse_batches, read_log
 
 SPEC_FORMAT: Final = 1
@@ -206,12 +207,19 @@ def open_lock(jd: JournalDir, *, create: bool = False) -> int:
 
 def lock_is_current(jd: JournalDir, fd: int) -> bool:
     """Whether ``fd`` is still the lock file at the journal's path."""
-    try:
-        st = os.stat(jd.lock_path)
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-    mine = os.fstat(fd)
-    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+    at_path, mine = run_io(lock_check_ops(jd, fd))
+    return is_same_file(at_path, mine)
+
+
+def lock_check_ops(jd: JournalDir, fd: int) -> list[Op]:
+    """The operations (journal/_local/iobatch.py) whose results tell, by
+    ``is_same_file``, whether ``fd`` is still the lock file at the path."""
+    return [(IO_STAT, jd.lock_path), (IO_FSTAT, fd)]
+
+
+def is_same_file(at_path: Stat | None, mine: Stat) -> bool:
+    """Whether the results of ``lock_check_ops`` are those of one file."""
+    return at_path is not None and at_path[:2] == mine[:2]
 
 
 def unlock(fd: int) -> None:
@@ -252,8 +260,12 @@ def read_record(jd: JournalDir, fd: int) -> CommitRecord:
 
 def write_record(fd: int, rec: CommitRecord) -> None:
     """Durably store ``rec`` in its slot (the other slot keeps the previous one)."""
-    write_all(fd, pack_slot(rec), slot_offset(rec.seq))
-    os.fdatasync(fd)
+    run_io(record_ops(fd, rec))
+
+
+def record_ops(fd: int, rec: CommitRecord) -> list[Op]:
+    """The operations (journal/_local/iobatch.py) of ``write_record``."""
+    return [(IO_PWRITE, fd, pack_slot(rec), slot_offset(rec.seq)), (IO_FDATASYNC, fd)]
 
 
 # Batch checksums (journal/_local/sums.py) -----------------------------------------
@@ -576,10 +588,11 @@ def unused_name(jd: JournalDir, name: str) -> str:
     return path
 
 
-def truncate_garbage(fd: int, rec: CommitRecord) -> None:
-    """Cut bytes past the committed end, left by a writer that died holding the lock."""
+def truncate_garbage(fd: int, rec: CommitRecord, size: int | None = None) -> None:
+    """Cut bytes past the committed end, left by a writer that died holding
+    the lock (``size``: the file's, if the caller knows it)."""
     committed = rec.end - rec.begin
-    if os.fstat(fd).st_size > committed:
+    if (os.fstat(fd).st_size if size is None else size) > committed:
         os.ftruncate(fd, committed)
         os.fdatasync(fd)
 

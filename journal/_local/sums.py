@@ -156,13 +156,23 @@ class OpenLog:
 
     def add(self, entry: bytes) -> None:
         """Write ``entry`` (not synced: the commit record's sync covers it)."""
+        for data, pos in self.place(entry):
+            _write(self._fd, data, pos)
+
+    def place(self, entry: bytes) -> list[tuple[bytes, int]]:
+        """Take ``entry`` as added, and return the writes that add it, in
+        order: ``(bytes, position)`` in the commit record file, for the
+        caller to make before the record's sync (if they fail, the caller
+        must drop this log: the next writer settles the file again)."""
+        writes = []
         if len(self._recent) == self._room:
             run = b"".join(self._recent)
-            _write(self._fd, run, self._spill_at)
+            writes.append((run, self._spill_at))
             self._spill_at += len(run)
             self._recent.clear()
-        _write(self._fd, entry, self._record_size + ENTRY_SIZE * len(self._recent))
+        writes.append((entry, self._record_size + ENTRY_SIZE * len(self._recent)))
         self._recent.append(entry)
+        return writes
 
 
 def _write(fd: int, data: bytes, pos: int) -> None:

@@ -1,0 +1,108 @@
+"""Several file operations in one call: ``run_io(ops)``.
+
+The writer thread of a journal does about a dozen small system calls per
+batch (take the lock, check it, read the commit record, write, sync, write
+the record, sync). Python releases the interpreter lock around each of them,
+and a thread that gave it up must win it back: while another thread keeps
+the interpreter busy (a shard consuming, a loop publishing), that takes up
+to the switch interval (5 ms) each time. A batch then took tens of
+milliseconds, so the writer made almost no progress while the application
+ran, and a transaction's commit waited for all of its writing at once.
+
+``run_io`` runs a list of operations in order and returns their results. The
+native core (journal/_native.c) runs them all with the interpreter lock
+released once; ``py_run_io`` here is the definition, one ``os`` call per
+operation, and is what runs where the native core is not built. What to
+write where stays with the callers (journal/_local/writer.py, files.py).
+
+Operations, each a tuple, and their results:
+
+- ``(IO_PWRITE, fd, data, pos)``: all of ``data`` written at ``pos`` (a
+  short write is continued); ``None``.
+- ``(IO_FDATASYNC, fd)``: ``os.fdatasync(fd)``; ``None``.
+- ``(IO_FLOCK, fd, operation)``: ``fcntl.flock(fd, operation)``; ``None``.
+- ``(IO_FSTAT, fd)``: ``(st_dev, st_ino, st_size)`` of ``fd``.
+- ``(IO_STAT, path)``: ``(st_dev, st_ino, st_size)`` of ``path``, or
+  ``None`` if nothing is there (``FileNotFoundError``,
+  ``NotADirectoryError``).
+- ``(IO_PREAD, fd, size, pos)``: the bytes of one ``os.pread``.
+
+The first operation that fails raises its ``OSError``; those before it were
+done, those after it were not.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable
+from typing import Any, Final
+
+from .._pending import NATIVE
+from ..durable import write_all
+
+IO_PWRITE: Final = 0
+IO_FDATASYNC: Final = 1
+IO_FLOCK: Final = 2
+IO_FSTAT: Final = 3
+IO_STAT: Final = 4
+IO_PREAD: Final = 5
+
+#: One operation: a tuple whose first item is an ``IO_*`` code.
+Op = tuple[Any, ...]
+#: ``(st_dev, st_ino, st_size)``.
+Stat = tuple[int, int, int]
+
+
+def _stat(st: os.stat_result) -> Stat:
+    return st.st_dev, st.st_ino, st.st_size
+
+
+#: How many items each operation's tuple has.
+_LENGTHS: Final = {IO_PWRITE: 4, IO_FDATASYNC: 2, IO_FLOCK: 3, IO_FSTAT: 2, IO_STAT: 2, IO_PREAD: 4}
+
+
+def _check(op: Op) -> None:
+    if not isinstance(op, tuple) or len(op) < 2:
+        raise TypeError("run_io: each operation is a tuple (code, ...)")
+    if _LENGTHS.get(op[0]) != len(op):
+        raise ValueError(f"run_io: not an operation: {op!r}")
+    if op[0] in (IO_PWRITE, IO_PREAD) and op[3] < 0:
+        raise ValueError("run_io: negative offset")
+    if op[0] == IO_PREAD and op[2] < 0:
+        raise ValueError("run_io: negative size")
+
+
+def py_run_io(ops: list[Op]) -> list[Any]:
+    """Run ``ops`` in order (see the module docstring); their results."""
+    for op in ops:  # All are checked before any is run, as natively.
+        _check(op)
+    out: list[Any] = []
+    for op in ops:
+        code = op[0]
+        if code == IO_PWRITE:
+            write_all(op[1], op[2], op[3])
+            out.append(None)
+        elif code == IO_FDATASYNC:
+            os.fdatasync(op[1])
+            out.append(None)
+        elif code == IO_FLOCK:
+            fcntl.flock(op[1], op[2])
+            out.append(None)
+        elif code == IO_FSTAT:
+            out.append(_stat(os.fstat(op[1])))
+        elif code == IO_STAT:
+            try:
+                out.append(_stat(os.stat(op[1])))
+            except (FileNotFoundError, NotADirectoryError):
+                out.append(None)
+        else:
+            out.append(os.pread(op[1], op[2], op[3]))
+    return out
+
+
+#: ``py_run_io``, natively where built: one release of the interpreter lock
+#: for all the operations.
+run_io: Callable[[list[Op]], list[Any]] = (
+    py_run_io if NATIVE is None or not hasattr(NATIVE, "run_io") else NATIVE.run_io
+)
