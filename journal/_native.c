@@ -29,6 +29,7 @@
 #include <pythread.h>
 #include <limits.h>
 #include <stddef.h>
+#include <string.h>
 #ifdef _WIN32
 #include <windows.h>
 #else
@@ -879,7 +880,8 @@ static PyTypeObject ScanType = {
 
 #ifndef _WIN32
 /* The operations of run_io: journal/_local/iobatch.py's IO_* constants. */
-enum { IO_PWRITE = 0, IO_FDATASYNC = 1, IO_FLOCK = 2, IO_FSTAT = 3, IO_STAT = 4, IO_PREAD = 5 };
+enum { IO_PWRITE = 0, IO_FDATASYNC = 1, IO_FLOCK = 2, IO_FSTAT = 3, IO_STAT = 4, IO_PREAD = 5,
+       IO_EXPECT_SAME = 6, IO_EXPECT_BYTES = 7, IO_EXPECT_SIZE = 8 };
 
 typedef struct {
     int code;
@@ -892,8 +894,11 @@ typedef struct {
     PyObject *path;   /* IO_STAT: the path, as bytes */
     PyObject *out;    /* IO_PREAD: the bytes read into */
     struct stat st;   /* IO_FSTAT, IO_STAT */
-    int found;        /* IO_STAT: 0 if nothing is at the path */
+    int found;        /* IO_STAT, IO_FSTAT: 0 if nothing is at the path */
     Py_ssize_t got;   /* IO_PREAD: bytes read */
+    Py_ssize_t ref1;  /* checks: the earlier operations they look at */
+    Py_ssize_t ref2;
+    int passed;       /* checks: whether it held */
 } IoOp;
 
 static void
@@ -925,10 +930,29 @@ io_int(PyObject *obj, int *out)
     return 0;
 }
 
-/* Parse one operation tuple into op (the GIL held). 0, or -1 on error. */
+/* The index of an earlier operation of one of the codes a and b, for a
+ * check at index at. 0, or -1 on error. */
 static int
-io_parse(PyObject *item, IoOp *op)
+io_ref(PyObject *obj, IoOp *ops, Py_ssize_t at, int a, int b, Py_ssize_t *out)
 {
+    Py_ssize_t i = PyLong_AsSsize_t(obj);
+    if (i == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (i < 0 || i >= at || (ops[i].code != a && ops[i].code != b)) {
+        PyErr_SetString(PyExc_ValueError, "run_io: a check of an operation it cannot check");
+        return -1;
+    }
+    *out = i;
+    return 0;
+}
+
+/* Parse one operation tuple, at index at of ops (the GIL held). 0, or -1
+ * on error. */
+static int
+io_parse(PyObject *item, IoOp *ops, Py_ssize_t at)
+{
+    IoOp *op = &ops[at];
     if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 2) {
         PyErr_SetString(PyExc_TypeError, "run_io: each operation is a tuple (code, ...)");
         return -1;
@@ -938,12 +962,31 @@ io_parse(PyObject *item, IoOp *op)
     if (code == -1 && PyErr_Occurred()) {
         return -1;
     }
-    static const Py_ssize_t lens[] = {4, 2, 3, 2, 2, 4};
-    if (code < IO_PWRITE || code > IO_PREAD || len != lens[code]) {
+    static const Py_ssize_t lens[] = {4, 2, 3, 2, 2, 4, 3, 3, 3};
+    if (code < IO_PWRITE || code > IO_EXPECT_SIZE || len != lens[code]) {
         PyErr_Format(PyExc_ValueError, "run_io: not an operation: %R", item);
         return -1;
     }
     op->code = (int)code;
+    if (code == IO_EXPECT_SAME) {
+        return io_ref(PyTuple_GET_ITEM(item, 1), ops, at, IO_STAT, IO_FSTAT, &op->ref1) < 0
+            || io_ref(PyTuple_GET_ITEM(item, 2), ops, at, IO_STAT, IO_FSTAT, &op->ref2) < 0 ? -1 : 0;
+    }
+    if (code == IO_EXPECT_BYTES) {
+        if (io_ref(PyTuple_GET_ITEM(item, 1), ops, at, IO_PREAD, IO_PREAD, &op->ref1) < 0
+            || PyObject_GetBuffer(PyTuple_GET_ITEM(item, 2), &op->buf, PyBUF_SIMPLE) < 0) {
+            return -1;
+        }
+        op->has_buf = 1;
+        return 0;
+    }
+    if (code == IO_EXPECT_SIZE) {
+        if (io_ref(PyTuple_GET_ITEM(item, 1), ops, at, IO_STAT, IO_FSTAT, &op->ref1) < 0) {
+            return -1;
+        }
+        op->pos = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 2));
+        return op->pos == -1 && PyErr_Occurred() ? -1 : 0;
+    }
     if (code == IO_STAT) {
         return PyUnicode_FSConverter(PyTuple_GET_ITEM(item, 1), &op->path) ? 0 : -1;
     }
@@ -986,12 +1029,30 @@ io_parse(PyObject *item, IoOp *op)
     return 0;
 }
 
-/* Run op (the GIL released). 0, or the errno that failed it. */
+/* Run op (the GIL released), a check looking at ops. 0, or the errno that
+ * failed it. */
 static int
-io_step(IoOp *op)
+io_step(IoOp *op, const IoOp *ops)
 {
     int rc;
     switch (op->code) {
+    case IO_EXPECT_SAME: {
+        const IoOp *a = &ops[op->ref1], *b = &ops[op->ref2];
+        op->passed = a->found && b->found && a->st.st_dev == b->st.st_dev
+                     && a->st.st_ino == b->st.st_ino;
+        return 0;
+    }
+    case IO_EXPECT_BYTES: {
+        const IoOp *r = &ops[op->ref1];
+        op->passed = r->got == op->buf.len
+                     && memcmp(PyBytes_AS_STRING(r->out), op->buf.buf, (size_t)r->got) == 0;
+        return 0;
+    }
+    case IO_EXPECT_SIZE: {
+        const IoOp *r = &ops[op->ref1];
+        op->passed = r->found && (long long)r->st.st_size <= op->pos;
+        return 0;
+    }
     case IO_PWRITE: {
         const char *p = op->buf.buf;
         Py_ssize_t left = op->buf.len;
@@ -1028,6 +1089,7 @@ io_step(IoOp *op)
         do {
             rc = fstat(op->fd, &op->st);
         } while (rc < 0 && errno == EINTR);
+        op->found = rc == 0;
         return rc < 0 ? errno : 0;
     case IO_STAT:
         do {
@@ -1076,18 +1138,22 @@ run_io(PyObject *Py_UNUSED(module), PyObject *arg)
         return PyErr_NoMemory();
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (io_parse(PyList_GET_ITEM(arg, i), &ops[i]) < 0) {
+        if (io_parse(PyList_GET_ITEM(arg, i), ops, i) < 0) {
             io_release(ops, n);
             return NULL;
         }
     }
-    Py_ssize_t failed = -1;
+    Py_ssize_t failed = -1, ran = n;
     int err = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        err = io_step(&ops[i]);
+        err = io_step(&ops[i], ops);
         if (err != 0) {
             failed = i;
+            break;
+        }
+        if (ops[i].code >= IO_EXPECT_SAME && !ops[i].passed) {
+            ran = i + 1; /* a check that did not hold: stop here */
             break;
         }
     }
@@ -1098,15 +1164,18 @@ run_io(PyObject *Py_UNUSED(module), PyObject *arg)
         io_release(ops, n);
         return NULL;
     }
-    PyObject *out = PyList_New(n);
+    PyObject *out = PyList_New(ran);
     if (out == NULL) {
         io_release(ops, n);
         return NULL;
     }
-    for (Py_ssize_t i = 0; i < n; i++) {
+    for (Py_ssize_t i = 0; i < ran; i++) {
         IoOp *op = &ops[i];
         PyObject *res;
-        if (op->code == IO_FSTAT || (op->code == IO_STAT && op->found)) {
+        if (op->code >= IO_EXPECT_SAME) {
+            res = PyBool_FromLong(op->passed);
+        }
+        else if (op->code == IO_FSTAT || (op->code == IO_STAT && op->found)) {
             res = io_stat_result(&op->st);
         }
         else if (op->code == IO_PREAD) {

@@ -252,10 +252,16 @@ def open_commit(jd: JournalDir, *, write: bool = False) -> int:
 
 
 def read_record(jd: JournalDir, fd: int) -> CommitRecord:
-    rec = parse_record(os.pread(fd, RECORD_SIZE, 0))
+    return read_record_area(jd, fd)[0]
+
+
+def read_record_area(jd: JournalDir, fd: int) -> tuple[CommitRecord, bytes]:
+    """The commit record, and the bytes of the record area it was read from."""
+    area = os.pread(fd, RECORD_SIZE, 0)
+    rec = parse_record(area)
     if rec is None:
         raise jd.corrupt(COMMIT_FILE, "no valid commit record")
-    return rec
+    return rec, area
 
 
 def write_record(fd: int, rec: CommitRecord) -> None:
@@ -588,11 +594,10 @@ def unused_name(jd: JournalDir, name: str) -> str:
     return path
 
 
-def truncate_garbage(fd: int, rec: CommitRecord, size: int | None = None) -> None:
-    """Cut bytes past the committed end, left by a writer that died holding
-    the lock (``size``: the file's, if the caller knows it)."""
+def truncate_garbage(fd: int, rec: CommitRecord) -> None:
+    """Cut bytes past the committed end, left by a writer that died holding the lock."""
     committed = rec.end - rec.begin
-    if (os.fstat(fd).st_size if size is None else size) > committed:
+    if os.fstat(fd).st_size > committed:
         os.ftruncate(fd, committed)
         os.fdatasync(fd)
 

@@ -98,6 +98,12 @@ def slot_offset(seq: int) -> int:
     return (seq % 2) * SLOT_SIZE
 
 
+def area_with(area: bytes, record: CommitRecord) -> bytes:
+    """The record area ``area`` once ``record`` is written in its slot."""
+    at = slot_offset(record.seq)
+    return area[:at] + pack_slot(record) + area[at + SLOT_SIZE:]
+
+
 def _parse_slot(slot: bytes, off: int) -> CommitRecord | None:
     if len(slot) < SLOT_SIZE:
         return None

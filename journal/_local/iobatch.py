@@ -27,6 +27,17 @@ Operations, each a tuple, and their results:
   ``NotADirectoryError``).
 - ``(IO_PREAD, fd, size, pos)``: the bytes of one ``os.pread``.
 
+Checks look at the results of earlier operations (by their index in
+``ops``); each gives ``True``, or ``False`` and then nothing after it runs
+(the list of results ends there):
+
+- ``(IO_EXPECT_SAME, i, j)``: the stats of ``i`` and ``j`` are of one file
+  (both found, the same device and inode).
+- ``(IO_EXPECT_BYTES, i, expected)``: the bytes read by ``i`` are
+  ``expected``.
+- ``(IO_EXPECT_SIZE, i, most)``: the file of stat ``i`` is found and holds
+  at most ``most`` bytes.
+
 The first operation that fails raises its ``OSError``; those before it were
 done, those after it were not.
 """
@@ -47,6 +58,9 @@ IO_FLOCK: Final = 2
 IO_FSTAT: Final = 3
 IO_STAT: Final = 4
 IO_PREAD: Final = 5
+IO_EXPECT_SAME: Final = 6
+IO_EXPECT_BYTES: Final = 7
+IO_EXPECT_SIZE: Final = 8
 
 #: One operation: a tuple whose first item is an ``IO_*`` code.
 Op = tuple[Any, ...]
@@ -59,28 +73,53 @@ def _stat(st: os.stat_result) -> Stat:
 
 
 #: How many items each operation's tuple has.
-_LENGTHS: Final = {IO_PWRITE: 4, IO_FDATASYNC: 2, IO_FLOCK: 3, IO_FSTAT: 2, IO_STAT: 2, IO_PREAD: 4}
+_LENGTHS: Final = {IO_PWRITE: 4, IO_FDATASYNC: 2, IO_FLOCK: 3, IO_FSTAT: 2, IO_STAT: 2,
+                   IO_PREAD: 4, IO_EXPECT_SAME: 3, IO_EXPECT_BYTES: 3, IO_EXPECT_SIZE: 3}
+_STATS: Final = (IO_STAT, IO_FSTAT)
 
 
-def _check(op: Op) -> None:
+def _validate(ops: list[Op], at: int) -> None:
+    op = ops[at]
     if not isinstance(op, tuple) or len(op) < 2:
         raise TypeError("run_io: each operation is a tuple (code, ...)")
-    if _LENGTHS.get(op[0]) != len(op):
+    code = op[0]
+    if _LENGTHS.get(code) != len(op):
         raise ValueError(f"run_io: not an operation: {op!r}")
-    if op[0] in (IO_PWRITE, IO_PREAD) and op[3] < 0:
+    if code in (IO_PWRITE, IO_PREAD) and op[3] < 0:
         raise ValueError("run_io: negative offset")
-    if op[0] == IO_PREAD and op[2] < 0:
+    if code == IO_PREAD and op[2] < 0:
         raise ValueError("run_io: negative size")
+    refs = {IO_EXPECT_SAME: ((op[1:3]), _STATS), IO_EXPECT_BYTES: ((op[1],), (IO_PREAD,)),
+            IO_EXPECT_SIZE: ((op[1],), _STATS)}.get(code)
+    if refs is not None:
+        for i in refs[0]:
+            if not (isinstance(i, int) and 0 <= i < at and ops[i][0] in refs[1]):
+                raise ValueError("run_io: a check of an operation it cannot check")
+
+
+def _holds(op: Op, out: list[Any]) -> bool:
+    code = op[0]
+    if code == IO_EXPECT_SAME:
+        a, b = out[op[1]], out[op[2]]
+        return a is not None and b is not None and a[:2] == b[:2]
+    if code == IO_EXPECT_BYTES:
+        return bool(out[op[1]] == bytes(op[2]))
+    st = out[op[1]]
+    return st is not None and st[2] <= op[2]
 
 
 def py_run_io(ops: list[Op]) -> list[Any]:
     """Run ``ops`` in order (see the module docstring); their results."""
-    for op in ops:  # All are checked before any is run, as natively.
-        _check(op)
+    for at in range(len(ops)):  # All are checked before any is run, as natively.
+        _validate(ops, at)
     out: list[Any] = []
     for op in ops:
         code = op[0]
-        if code == IO_PWRITE:
+        if code >= IO_EXPECT_SAME:
+            out.append(_holds(op, out))
+            if not out[-1]:
+                break
+        elif code == IO_PWRITE:
             write_all(op[1], op[2], op[3])
             out.append(None)
         elif code == IO_FDATASYNC:

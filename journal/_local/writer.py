@@ -9,14 +9,17 @@ resolves the futures. Many appends waiting at once thus cost one write and two
 syncs, and a future resolves only once its bytes are durable *and* covered by
 the commit record that readers go by.
 
-Once its files are open, a batch is two ``run_io`` calls
-(journal/_local/iobatch.py): one takes the lock, checks that it is still the
-journal's and reads the commit record; the other writes, syncs, writes the
-checksum and the record, syncs and (unless the fragment is to be sealed)
-releases the lock. Each call gives up the interpreter lock once: while
-another thread keeps the interpreter busy, getting it back can take the
-switch interval (5 ms), and a dozen separate calls made a batch take
-35-45 ms instead of about 11.
+Once its files are open and its view of them current, a batch that leaves
+the open fragment short of ``fragment_size`` is one ``run_io`` call
+(journal/_local/iobatch.py): take the lock, check that the lock file, the
+commit record and the open fragment are as this writer left them, write,
+sync, write the checksum and the record, sync, release the lock. That call
+gives up the interpreter lock once: while another thread keeps the
+interpreter busy, a thread that gave it up may wait the switch interval
+(5 ms) to get it back, and the dozen calls of the general path made a
+batch take 34-43 ms (about 6 now). Where a check does not hold (another
+process wrote, the journal was deleted), the batch goes the general way,
+which opens and recovers the files again.
 
 Batches are cut where the open fragment reaches ``fragment_size``; the
 fragment is then sealed before the rest of the batch goes to a new one, so a
@@ -37,26 +40,37 @@ from typing import Final
 from .._append_queue import AppendQueue, batch_results
 from .._errors import JournalError
 from .._spec import AppendResult
-from ..durable import fsync_dir
+from ..durable import fsync_dir, write_all
 from .files import (
     O_CLOEXEC,
     O_NOFOLLOW,
     JournalDir,
-    is_same_file,
     lock_check_ops,
     lock_is_current,
     open_commit,
     open_fragment_path,
     open_lock,
-    read_record,
+    read_record_area,
     record_ops,
     recover,
     seal,
     settle_batches,
     truncate_garbage,
+    write_record,
 )
-from .fragment import RECORD_SIZE, CommitRecord, parse_record
-from .iobatch import IO_FDATASYNC, IO_FLOCK, IO_FSTAT, IO_PREAD, IO_PWRITE, Op, run_io
+from .fragment import RECORD_SIZE, CommitRecord, area_with
+from .iobatch import (
+    IO_EXPECT_BYTES,
+    IO_EXPECT_SAME,
+    IO_EXPECT_SIZE,
+    IO_FDATASYNC,
+    IO_FLOCK,
+    IO_FSTAT,
+    IO_PREAD,
+    IO_PWRITE,
+    Op,
+    run_io,
+)
 from .sums import OpenLog, entry_for
 
 LOG: Final = logging.getLogger("journal")
@@ -81,7 +95,9 @@ class JournalWriter(AppendQueue):
         self._rec: CommitRecord | None = None
         # The open fragment's batch checksums, in the commit record file.
         self._log: OpenLog | None = None
-        self._locked = False  # Whether we hold the journal's flock now.
+        # The commit record file's record area as this writer last left it
+        # (None: not known, the next batch goes the general way).
+        self._area: bytes | None = None
 
     def forget_after_fork(self) -> None:
         """In a forked child: close inherited descriptors *without* unlocking,
@@ -99,8 +115,14 @@ class JournalWriter(AppendQueue):
         committed, and the error that failed the rest (None if none failed)."""
         out: list[AppendResult] = []
         try:
+            fast = self._write_current(data)
+        except BaseException as err:  # Reported through every future of the batch.
+            self._close_files()
+            return out, _wrap(self.jd.name, err)
+        if fast is not None:
+            return fast, None
+        try:
             self._acquire()
-            self._locked = True
         except BaseException as err:  # Reported through every future of the batch.
             self._close_files()
             return out, _wrap(self.jd.name, err)
@@ -108,9 +130,8 @@ class JournalWriter(AppendQueue):
             room = self._fragment_size - self._committed()
             if room > 0 and sum(map(len, data)) <= room:
                 # All of it fits in the open fragment (the common case): the
-                # one commit that _commit_in_fragments makes of it, which
-                # releases the lock too unless the fragment is to be sealed.
-                out = self._commit(data, last=True)
+                # one commit that _commit_in_fragments makes of it.
+                out = self._commit(data)
             else:
                 self._commit_in_fragments(data, out)
         except BaseException as err:
@@ -120,7 +141,7 @@ class JournalWriter(AppendQueue):
             return out, _wrap(self.jd.name, err)
         try:
             # Seal eagerly so that a full fragment appears as a sealed file.
-            if self._full(self._rec):
+            if self._committed() >= self._fragment_size:
                 self._seal()
         except OSError as err:
             # The batch is committed; the seal will be retried by the next one.
@@ -130,13 +151,48 @@ class JournalWriter(AppendQueue):
             self._release()
         return out, None
 
+    def _write_current(self, data: list[bytes]) -> list[AppendResult] | None:
+        """The batch in one run_io (see the module docstring), if this
+        writer's view is open and the batch leaves the open fragment short
+        of ``fragment_size``: its results. None if that does not apply, or
+        if a check found the view stale (the files are then closed: the
+        general way opens and recovers them)."""
+        rec, area, log = self._rec, self._area, self._log
+        lock_fd, commit_fd, open_fd = self._lock_fd, self._commit_fd, self._open_fd
+        if (rec is None or area is None or log is None or lock_fd is None
+                or commit_fd is None or open_fd is None):
+            return None
+        joined = b"".join(data)
+        new = CommitRecord(rec.seq + 1, rec.begin, rec.end + len(joined))
+        if not joined or new.end - new.begin >= self._fragment_size:
+            return None  # nothing to write, or a seal to follow
+        committed = rec.end - rec.begin
+        ops: list[Op] = [(IO_FLOCK, lock_fd, fcntl.LOCK_EX), *lock_check_ops(self.jd, lock_fd)]
+        ops.append((IO_EXPECT_SAME, len(ops) - 2, len(ops) - 1))
+        ops.append((IO_PREAD, commit_fd, RECORD_SIZE, 0))
+        ops.append((IO_EXPECT_BYTES, len(ops) - 1, area))
+        ops.append((IO_FSTAT, open_fd))
+        ops.append((IO_EXPECT_SIZE, len(ops) - 1, committed))  # no dead writer's garbage
+        ops += [(IO_PWRITE, open_fd, joined, committed), (IO_FDATASYNC, open_fd)]
+        # The batch's checksum, made durable by the record's own sync.
+        entry = entry_for(new.end, joined)
+        if entry:
+            ops += [(IO_PWRITE, commit_fd, b, pos) for b, pos in log.place(entry)]
+        ops += record_ops(commit_fd, new)
+        ops.append((IO_FLOCK, lock_fd, fcntl.LOCK_UN))
+        if len(run_io(ops)) < len(ops):
+            self._close_files()  # A check did not hold (closing drops the lock).
+            return None
+        self._rec, self._area = new, area_with(area, new)
+        return batch_results(self.jd.name, rec.end, data)
+
     def _commit_in_fragments(self, data: list[bytes], out: list[AppendResult]) -> None:
         """Commit ``data`` in as many fragments as it takes, adding the
         results to ``out`` as each commit lands."""
         ends = list(accumulate(map(len, data)))  # ends[i]: the size of data[: i + 1]
         i, n = 0, len(data)
         while i < n:
-            if self._full(self._rec):
+            if self._committed() >= self._fragment_size:
                 self._seal()
             # Fill the open fragment up to fragment_size, at least one
             # append: up to and including the append that reaches it.
@@ -149,32 +205,9 @@ class JournalWriter(AppendQueue):
         assert self._rec is not None
         return self._rec.end - self._rec.begin
 
-    def _full(self, rec: CommitRecord | None) -> bool:
-        """Whether the open fragment of ``rec`` is to be sealed."""
-        assert rec is not None
-        return rec.end - rec.begin >= self._fragment_size
-
     def _acquire(self) -> None:
         """Take the lock and make sure our view of the files is current."""
-        if self._lock_fd is not None and self._commit_fd is not None and self._rec is not None:
-            # The common case, in one run_io (see journal/_local/iobatch.py):
-            # lock, check the lock, read the record, size the open fragment.
-            ops = [(IO_FLOCK, self._lock_fd, fcntl.LOCK_EX),
-                   *lock_check_ops(self.jd, self._lock_fd),
-                   (IO_PREAD, self._commit_fd, RECORD_SIZE, 0)]
-            if self._open_fd is not None:
-                ops.append((IO_FSTAT, self._open_fd))
-            got = run_io(ops)
-            if not is_same_file(got[1], got[2]):
-                self._close_files()  # Deleted (and maybe re-created) meanwhile.
-            elif parse_record(got[3]) == self._rec:
-                # Nobody committed since our last batch, but a writer that
-                # died holding the lock may have left bytes past the end.
-                if self._open_fd is not None:
-                    truncate_garbage(self._open_fd, self._rec, got[4][2])
-                return
-            # Else someone else committed: recover below (the lock is held).
-        elif self._lock_fd is not None:
+        if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             if not lock_is_current(self.jd, self._lock_fd):
                 self._close_files()  # Deleted (and maybe re-created) meanwhile.
@@ -182,9 +215,10 @@ class JournalWriter(AppendQueue):
             self._lock_fd = open_lock(self.jd)
         if self._commit_fd is None:
             self._commit_fd = open_commit(self.jd, write=True)
-        rec = read_record(self.jd, self._commit_fd)
+        rec, self._area = read_record_area(self.jd, self._commit_fd)
         if self._rec is not None and rec == self._rec:
-            # As above, for a view kept without its record file open.
+            # Nobody committed since our last batch, but a writer that died
+            # holding the lock may have left bytes past the end: cut them.
             if self._open_fd is not None:
                 truncate_garbage(self._open_fd, rec)
             return
@@ -193,16 +227,14 @@ class JournalWriter(AppendQueue):
             self._open_fd = None
         self._rec, self._open_fd = recover(self.jd, self._commit_fd)
         self._settle_log()
+        rec, area = read_record_area(self.jd, self._commit_fd)  # as recovery left it
+        self._area = area if rec == self._rec else None
 
     def _release(self) -> None:
-        if self._lock_fd is not None and self._locked:
+        if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-        self._locked = False
 
-    def _commit(self, chunk: list[bytes], *, last: bool = False) -> list[AppendResult]:
-        """Commit ``chunk`` to the open fragment; ``last``: nothing else is
-        to be done under the lock but a seal, so release it in the same
-        run_io unless the fragment is to be sealed now."""
+    def _commit(self, chunk: list[bytes]) -> list[AppendResult]:
         rec = self._rec
         assert rec is not None and self._commit_fd is not None
         data = b"".join(chunk)
@@ -218,29 +250,19 @@ class JournalWriter(AppendQueue):
                 # bytes of a writer that died: cut them.
                 truncate_garbage(self._open_fd, rec)
             assert self._open_fd is not None
-            new = CommitRecord(rec.seq + 1, rec.begin, rec.end + len(data))
-            # The batch's checksum, made durable by the record's own sync.
-            entry = entry_for(new.end, data)
-            # The bytes, synced; then the checksum and the record, synced:
-            # in one run_io (see journal/_local/iobatch.py), unless a new
-            # file's entry in the directory must be synced in between.
-            ops: list[Op] = [(IO_PWRITE, self._open_fd, data, rec.end - rec.begin),
-                             (IO_FDATASYNC, self._open_fd)]
+            write_all(self._open_fd, data, rec.end - rec.begin)
+            os.fdatasync(self._open_fd)
             if created:
-                run_io(ops)
                 fsync_dir(self.jd.path)  # The new file's entry must be durable too.
-                ops = []
+            self._rec = CommitRecord(rec.seq + 1, rec.begin, rec.end + len(data))
+            # The batch's checksum, made durable by the record's own sync.
+            entry = entry_for(self._rec.end, data)
             if entry:
                 assert self._log is not None
-                ops += [(IO_PWRITE, self._commit_fd, b, pos) for b, pos in self._log.place(entry)]
-            ops += record_ops(self._commit_fd, new)
-            unlock = last and self._lock_fd is not None and not self._full(new)
-            if unlock:
-                ops.append((IO_FLOCK, self._lock_fd, fcntl.LOCK_UN))
-            run_io(ops)
-            self._rec = new
-            if unlock:
-                self._locked = False
+                self._log.add(entry)
+            area, self._area = self._area, None  # (unknown if the write fails)
+            write_record(self._commit_fd, self._rec)
+            self._area = None if area is None else area_with(area, self._rec)
         return batch_results(self.jd.name, rec.end, chunk)
 
     def _settle_log(self) -> None:
@@ -251,6 +273,7 @@ class JournalWriter(AppendQueue):
         assert self._rec is not None and self._commit_fd is not None
         if self._open_fd is None:
             return
+        self._area = None  # (the seal writes a record of its own)
         self._rec, self._log = seal(self.jd, self._commit_fd, self._open_fd, self._rec)
         os.close(self._open_fd)
         self._open_fd = None
@@ -265,7 +288,7 @@ class JournalWriter(AppendQueue):
                 setattr(self, attr, None)
         self._rec = None
         self._log = None
-        self._locked = False  # Closing the lock's descriptor released it.
+        self._area = None
 
 
 def _wrap(journal: str, err: BaseException) -> BaseException:

@@ -17,6 +17,9 @@ import pytest
 from journal import LocalJournalStore
 from journal._local import files, iobatch, writer
 from journal._local.iobatch import (
+    IO_EXPECT_BYTES,
+    IO_EXPECT_SAME,
+    IO_EXPECT_SIZE,
     IO_FDATASYNC,
     IO_FLOCK,
     IO_FSTAT,
@@ -118,14 +121,14 @@ def test_its_lock_excludes_another_process(run_io: RunIO, tmp_path: Path) -> Non
         os.close(fd)
 
 
-def test_a_batch_in_steady_state_is_two_calls(
+def test_a_batch_in_steady_state_is_one_call(
     run_io: RunIO, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Once its files are open, the writer makes each batch with two run_io
-    calls (lock, check the lock and the record; write, sync, record, sync,
-    unlock) and no file call of its own besides the checksum: each call
-    that releases the interpreter lock may wait that long to get it back
-    while another thread keeps the interpreter busy."""
+    """Once its files are open, the writer makes each batch with one run_io
+    call (lock; check the lock file, the record and the open fragment;
+    write, sync, checksum, record, sync, unlock) and no file call of its
+    own: each call that releases the interpreter lock may wait that long to
+    get it back while another thread keeps the interpreter busy."""
     calls: list[list[Any]] = []
 
     def counting(ops: list[Any]) -> list[Any]:
@@ -156,12 +159,46 @@ def test_a_batch_in_steady_state_is_two_calls(
                 store.append("a", b"%d\n" % i).result()
         with store.read("a") as r:
             assert r.read() == b"first\n0\n1\n2\n"
-    check = [IO_FLOCK, IO_STAT, IO_FSTAT, IO_PREAD, IO_FSTAT]
-    commit = [IO_PWRITE, IO_FDATASYNC, IO_PWRITE, IO_PWRITE, IO_FDATASYNC, IO_FLOCK]
-    assert calls == [check, commit] * 3
+    batch = [IO_FLOCK, IO_STAT, IO_FSTAT, IO_EXPECT_SAME, IO_PREAD, IO_EXPECT_BYTES, IO_FSTAT,
+             IO_EXPECT_SIZE, IO_PWRITE, IO_FDATASYNC, IO_PWRITE, IO_PWRITE, IO_FDATASYNC, IO_FLOCK]
+    assert calls == [batch] * 3
 
 
 def test_the_native_core_says_what_it_runs() -> None:
     if NATIVE is None:
         pytest.skip("the native core is not in use here")
     assert iobatch.run_io is NATIVE.run_io
+
+
+def test_a_batch_after_another_writer_goes_the_general_way(
+    run_io: RunIO, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer's commit, or a dead writer's bytes past the committed
+    end, fail a check of the one-call batch: nothing of it is written, and
+    the batch goes the general way, which sees them (and cuts the garbage)."""
+    stopped: list[int] = []
+
+    def counting(ops: list[Any]) -> list[Any]:
+        got = run_io(ops)
+        if len(got) < len(ops):
+            stopped.append(ops[len(got) - 1][0])  # the check that did not hold
+        return got
+
+    monkeypatch.setattr(writer, "run_io", counting)
+    root = tmp_path / "root"
+    with LocalJournalStore(root) as a, LocalJournalStore(root) as b:
+        a.create("j", NDJSON)
+        a.append("j", b"a1\n").result()
+        a.append("j", b"a2\n").result()  # one call
+        assert stopped == []
+        b.append("j", b"b1\n").result()  # b's first batch: the general way
+        assert a.append("j", b"a3\n").result().begin == 9
+        assert stopped == [IO_EXPECT_BYTES]  # a saw b's record
+        # A writer that died after writing its bytes, before its record.
+        (opened,) = [p for p in (root / "j").iterdir() if p.name.startswith("@open-")]
+        with open(opened, "ab") as f:
+            f.write(b"garbage\n")
+        assert a.append("j", b"a4\n").result().begin == 12
+        assert stopped == [IO_EXPECT_BYTES, IO_EXPECT_SIZE]
+        with a.read("j") as r:
+            assert r.read() == b"a1\na2\nb1\na3\na4\n"
