@@ -89,7 +89,7 @@ def _validate(ops: list[Op], at: int) -> None:
         raise ValueError("run_io: negative offset")
     if code == IO_PREAD and op[2] < 0:
         raise ValueError("run_io: negative size")
-    refs = {IO_EXPECT_SAME: ((op[1:3]), _STATS), IO_EXPECT_BYTES: ((op[1],), (IO_PREAD,)),
+    refs = {IO_EXPECT_SAME: (op[1:3], _STATS), IO_EXPECT_BYTES: ((op[1],), (IO_PREAD,)),
             IO_EXPECT_SIZE: ((op[1],), _STATS)}.get(code)
     if refs is not None:
         for i in refs[0]:
