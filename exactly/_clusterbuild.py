@@ -40,16 +40,20 @@ class ClusterError(ExactlyError):
     """Anything exactly.localcluster raises: building binaries, or running a cluster."""
 
 
+def with_log_tail(message: str, log_path: Path | None, log_tail: str) -> str:
+    """``message``, followed by the last lines of the log they come from."""
+    if log_tail:
+        return f"{message}\n--- last lines of {log_path} ---\n{log_tail}"
+    return message
+
+
 class BuildError(ClusterError):
     """A binary could not be built. ``log_path`` is the build's log and
     ``log_tail`` its last lines."""
 
     def __init__(self, message: str, *, log_path: Path | None = None,
                  log_tail: str = "") -> None:
-        text = message
-        if log_tail:
-            text += f"\n--- last lines of {log_path} ---\n{log_tail}"
-        super().__init__(text)
+        super().__init__(with_log_tail(message, log_path, log_tail))
         self.log_path = log_path
         self.log_tail = log_tail
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from exactly._clusterbuild import ClusterError
+from exactly._clusterbuild import ClusterError, with_log_tail
 
 
 class ClusterStartError(ClusterError):
@@ -16,10 +16,7 @@ class ClusterStartError(ClusterError):
 
     def __init__(self, message: str, *, process: str, log_path: Path | None,
                  log_tail: str = "") -> None:
-        text = message
-        if log_tail:
-            text += f"\n--- last lines of {log_path} ---\n{log_tail}"
-        super().__init__(text)
+        super().__init__(with_log_tail(message, log_path, log_tail))
         self.process = process
         self.log_path = log_path
         self.log_tail = log_tail

@@ -162,10 +162,10 @@ class JournalWriter(AppendQueue):
         if (rec is None or area is None or log is None or lock_fd is None
                 or commit_fd is None or open_fd is None):
             return None
-        joined = b"".join(data)
-        new = CommitRecord(rec.seq + 1, rec.begin, rec.end + len(joined))
-        if not joined or new.end - new.begin >= self._fragment_size:
+        new = CommitRecord(rec.seq + 1, rec.begin, rec.end + sum(map(len, data)))
+        if new.end == rec.end or new.end - new.begin >= self._fragment_size:
             return None  # nothing to write, or a seal to follow
+        joined = b"".join(data)
         committed = rec.end - rec.begin
         ops: list[Op] = [(IO_FLOCK, lock_fd, fcntl.LOCK_EX), *lock_check_ops(self.jd, lock_fd)]
         ops.append((IO_EXPECT_SAME, len(ops) - 2, len(ops) - 1))
