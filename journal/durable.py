@@ -23,7 +23,7 @@ _O_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _O_NOFOLLOW: Final = getattr(os, "O_NOFOLLOW", 0)
 _O_CREATE_NEW: Final = os.O_CREAT | os.O_EXCL | _O_CLOEXEC | _O_NOFOLLOW
 
-__all__ = ["write_durably", "write_all", "fsync_dir"]
+__all__ = ["write_durably", "write_all", "fsync_dir", "overwrite_synced"]
 
 
 def write_durably(
@@ -90,3 +90,31 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
             raise
     finally:
         os.close(fd)
+
+
+def overwrite_synced(fd: int, path: str | os.PathLike[str], data: bytes) -> bool:
+    """Write ``data`` at the start of the open file ``fd`` and ``fdatasync``
+    it, if ``fd`` is still the file at ``path``; whether it was (nothing is
+    written where it is not: the file was removed or replaced, and the
+    caller opens it again).
+
+    For a small file rewritten in place again and again (``IntentLog``):
+    it never shrinks, so once it has reached its size an ``fdatasync``
+    writes only its bytes, no metadata. The checks, the write and the sync
+    are one call that releases the interpreter lock once (see
+    ``journal/_local/iobatch.py``): a thread that gives the lock up while
+    another keeps the interpreter busy may wait the switch interval to get
+    it back, each time.
+    """
+    from ._local.iobatch import (
+        IO_EXPECT_SAME,
+        IO_FDATASYNC,
+        IO_FSTAT,
+        IO_PWRITE,
+        IO_STAT,
+        run_io,
+    )
+
+    out = run_io([(IO_STAT, os.fspath(path)), (IO_FSTAT, fd), (IO_EXPECT_SAME, 0, 1),
+                  (IO_PWRITE, fd, data, 0), (IO_FDATASYNC, fd)])
+    return len(out) == 5

@@ -23,16 +23,17 @@ import base64
 import contextlib
 import logging
 import os
+import weakref
 import zlib
 from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from journal import PendingAppends
-from journal.durable import fsync_dir, write_all
+from journal.durable import fsync_dir, overwrite_synced, write_all
 
 from ._errors import IntentLogError
 from ._interfaces import MappingFunc, Message
@@ -49,21 +50,32 @@ class IntentLog:
 
     ``save`` overwrites the file in place and fdatasyncs it: one fsync a
     commit. The file starts with a line ``EXACTLY-INTENTS 1 <length>
-    <crc32>``, then the intents as JSON. A crash during a save can leave a
+    <crc32>``, then the intents as JSON; bytes past the length (the tail of
+    a longer earlier save) are not read. A crash during a save can leave a
     file whose body does not match its line: that save never finished, so
     none of its intents was written yet (a Transaction writes them only
     after ``save`` returns), and ``load`` gives none, with a warning.
-    ``clear`` empties the file without an fsync: if a power loss undoes
-    that, the intents are written again on recovery, which is harmless. A
-    log written whole by an earlier version (a JSON array, no line) loads
-    as it did.
+    ``clear`` overwrites the line with one of length 0, without an fsync: if
+    a power loss undoes that, the intents are written again on recovery,
+    which is harmless. A log written whole by an earlier version (a JSON
+    array, no line) loads as it did.
+
+    The file stays open between saves, and never shrinks: a save is then
+    one write and one ``fdatasync`` of its bytes alone (no metadata), in a
+    single call (``journal.durable.overwrite_synced``). A file removed or
+    replaced meanwhile is opened again. :meth:`close` closes it (a log no
+    longer referenced closes it too).
     """
 
     #: The first bytes of a log's line.
     MAGIC = b"EXACTLY-INTENTS "
+    #: The line of a cleared log: no intents.
+    CLEARED = MAGIC + b"1 0 00000000\n"
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
+        self._fd: int | None = None
+        self._closer: weakref.finalize[..., Any] | None = None
 
     def save(self, intents: list[AckIntent]) -> None:
         """Durably record ``intents`` (replacing what the log held)."""
@@ -72,27 +84,44 @@ class IntentLog:
             for i in intents
         ])
         data = b"%s1 %d %08x\n%s" % (self.MAGIC, len(body), zlib.crc32(body), body)
-        created = not self.path.exists()
-        if created:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        if self._fd is not None and overwrite_synced(self._fd, self.path, data):
+            return
+        self.close()  # (not open yet, or its file was removed or replaced)
+        fd = self._open()
+        write_all(fd, data, 0)
+        os.fdatasync(fd)
+
+    def _open(self) -> int:
+        """The log's file, opened for writing (created, durably, if absent)."""
+        flags = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
         try:
-            write_all(fd, data, 0)
-            os.ftruncate(fd, len(data))
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
-        if created:
-            fsync_dir(self.path.parent)  # the new file's name must be durable too
+            fd = os.open(self.path, flags)
+        except FileNotFoundError:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, flags | os.O_CREAT, 0o644)
+            try:
+                fsync_dir(self.path.parent)  # the new file's name must be durable too
+            except BaseException:
+                os.close(fd)
+                raise
+        self._fd = fd
+        self._closer = weakref.finalize(self, os.close, fd)
+        return fd
+
+    def close(self) -> None:
+        """Close the log's file (a later save opens it again)."""
+        if self._closer is not None:
+            self._closer()
+        self._fd = self._closer = None
 
     def load(self) -> list[AckIntent]:
-        """The intents the log holds (none if it is absent, empty, or its
+        """The intents the log holds (none if it is absent, cleared, or its
         last save was cut short)."""
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
             return []
-        if not data:
+        if not data or data.startswith(self.CLEARED):
             return []
         if data.startswith(self.MAGIC):
             head, _, rest = data.partition(b"\n")
@@ -118,8 +147,16 @@ class IntentLog:
 
     def clear(self) -> None:
         """Forget the intents: they are all written (see the class docstring)."""
+        if self._fd is not None:
+            os.pwrite(self._fd, self.CLEARED, 0)
+            return
         with contextlib.suppress(FileNotFoundError):
-            os.truncate(self.path, 0)
+            fd = os.open(self.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                if os.fstat(fd).st_size:
+                    os.pwrite(fd, self.CLEARED, 0)
+            finally:
+                os.close(fd)
 
     def recover(self, client: JournalClient) -> int:
         """Write the intents left by a commit that did not finish; returns how many."""
@@ -133,8 +170,11 @@ class IntentLog:
         """Remove the log's file if it holds no intents (cleared: its last
         commit is done), for a user done with it; a log that still holds
         intents stays, for ``recover``."""
+        self.close()
         with contextlib.suppress(FileNotFoundError):
-            if self.path.stat().st_size == 0:
+            with open(self.path, "rb") as f:
+                head = f.read(len(self.CLEARED))
+            if not head or head == self.CLEARED:
                 self.path.unlink()
 
 

@@ -202,3 +202,34 @@ def test_a_batch_after_another_writer_goes_the_general_way(
         assert stopped == [IO_EXPECT_BYTES, IO_EXPECT_SIZE]
         with a.read("j") as r:
             assert r.read() == b"a1\na2\nb1\na3\na4\n"
+
+
+def test_overwrite_synced_writes_only_into_the_file_at_its_path(
+    run_io: RunIO, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """journal.durable.overwrite_synced: one run_io call that writes at the
+    start of the file and syncs it, only while the open file is still the
+    one at the path; where it was removed or replaced, nothing is written."""
+    from journal import durable
+
+    calls: list[list[Any]] = []
+
+    def counting(ops: list[Any]) -> list[Any]:
+        calls.append([op[0] for op in ops])
+        return run_io(ops)
+
+    monkeypatch.setattr(iobatch, "run_io", counting)
+    path = tmp_path / "log"
+    path.write_bytes(b"0123456789")
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        assert durable.overwrite_synced(fd, path, b"abc")
+        assert path.read_bytes() == b"abc3456789"  # in place: it does not shrink
+        assert calls == [[IO_STAT, IO_FSTAT, IO_EXPECT_SAME, IO_PWRITE, IO_FDATASYNC]]
+        path.rename(tmp_path / "old")
+        assert not durable.overwrite_synced(fd, path, b"xyz")
+        path.write_bytes(b"new")
+        assert not durable.overwrite_synced(fd, path, b"xyz")
+        assert path.read_bytes() == b"new" and (tmp_path / "old").read_bytes() == b"abc3456789"
+    finally:
+        os.close(fd)
