@@ -106,15 +106,8 @@ def overwrite_synced(fd: int, path: str | os.PathLike[str], data: bytes) -> bool
     another keeps the interpreter busy may wait the switch interval to get
     it back, each time.
     """
-    from ._local.iobatch import (
-        IO_EXPECT_SAME,
-        IO_FDATASYNC,
-        IO_FSTAT,
-        IO_PWRITE,
-        IO_STAT,
-        run_io,
-    )
+    # Imported here: iobatch itself uses this module (write_all).
+    from ._local.iobatch import IO_FDATASYNC, IO_PWRITE, run_io, same_file_ops
 
-    out = run_io([(IO_STAT, os.fspath(path)), (IO_FSTAT, fd), (IO_EXPECT_SAME, 0, 1),
-                  (IO_PWRITE, fd, data, 0), (IO_FDATASYNC, fd)])
-    return len(out) == 5
+    ops = [*same_file_ops(os.fspath(path), fd, 0), (IO_PWRITE, fd, data, 0), (IO_FDATASYNC, fd)]
+    return len(run_io(ops)) == len(ops)

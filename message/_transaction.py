@@ -44,6 +44,8 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger("message")
 
+_OPEN_WRITE = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
+
 
 class IntentLog:
     """A file holding ACK intents that must be written.
@@ -93,12 +95,11 @@ class IntentLog:
 
     def _open(self) -> int:
         """The log's file, opened for writing (created, durably, if absent)."""
-        flags = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
         try:
-            fd = os.open(self.path, flags)
+            fd = os.open(self.path, _OPEN_WRITE)
         except FileNotFoundError:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, flags | os.O_CREAT, 0o644)
+            fd = os.open(self.path, _OPEN_WRITE | os.O_CREAT, 0o644)
             try:
                 fsync_dir(self.path.parent)  # the new file's name must be durable too
             except BaseException:
@@ -121,8 +122,6 @@ class IntentLog:
             data = self.path.read_bytes()
         except FileNotFoundError:
             return []
-        if not data or data.startswith(self.CLEARED):
-            return []
         if data.startswith(self.MAGIC):
             head, _, rest = data.partition(b"\n")
             try:
@@ -137,6 +136,8 @@ class IntentLog:
                             " was written: nothing to write again", self.path)
                 return []
             data = rest[:size]
+        if not data:  # an empty file, or a cleared log (its line says length 0)
+            return []
         try:
             return [
                 AckIntent(str(d["journal"]), base64.b64decode(d["intent"], validate=True))
@@ -151,7 +152,7 @@ class IntentLog:
             os.pwrite(self._fd, self.CLEARED, 0)
             return
         with contextlib.suppress(FileNotFoundError):
-            fd = os.open(self.path, os.O_WRONLY | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(self.path, _OPEN_WRITE)
             try:
                 if os.fstat(fd).st_size:
                     os.pwrite(fd, self.CLEARED, 0)

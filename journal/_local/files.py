@@ -51,7 +51,7 @@ from .fragment import (
     slot_offset,
     sums_name,
 )
-from .iobatch import IO_FDATASYNC, IO_FSTAT, IO_PWRITE, IO_STAT, Op, Stat, run_io
+from .iobatch import IO_FDATASYNC, IO_PWRITE, Op, run_io, same_file_ops
 from .sums import Batch, OpenLog, pack_batches, parse_batches, read_log
 
 SPEC_FORMAT: Final = 1
@@ -207,19 +207,13 @@ def open_lock(jd: JournalDir, *, create: bool = False) -> int:
 
 def lock_is_current(jd: JournalDir, fd: int) -> bool:
     """Whether ``fd`` is still the lock file at the journal's path."""
-    at_path, mine = run_io(lock_check_ops(jd, fd))
-    return is_same_file(at_path, mine)
+    return bool(run_io(lock_check_ops(jd, fd))[-1])
 
 
-def lock_check_ops(jd: JournalDir, fd: int) -> list[Op]:
-    """The operations (journal/_local/iobatch.py) whose results tell, by
-    ``is_same_file``, whether ``fd`` is still the lock file at the path."""
-    return [(IO_STAT, jd.lock_path), (IO_FSTAT, fd)]
-
-
-def is_same_file(at_path: Stat | None, mine: Stat) -> bool:
-    """Whether the results of ``lock_check_ops`` are those of one file."""
-    return at_path is not None and at_path[:2] == mine[:2]
+def lock_check_ops(jd: JournalDir, fd: int, at: int = 0) -> list[Op]:
+    """The operations (journal/_local/iobatch.py), placed at index ``at``,
+    that stop their list unless ``fd`` is still the lock file at the path."""
+    return same_file_ops(jd.lock_path, fd, at)
 
 
 def unlock(fd: int) -> None:

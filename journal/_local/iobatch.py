@@ -76,6 +76,17 @@ def _stat(st: os.stat_result) -> Stat:
 _LENGTHS: Final = {IO_PWRITE: 4, IO_FDATASYNC: 2, IO_FLOCK: 3, IO_FSTAT: 2, IO_STAT: 2,
                    IO_PREAD: 4, IO_EXPECT_SAME: 3, IO_EXPECT_BYTES: 3, IO_EXPECT_SIZE: 3}
 _STATS: Final = (IO_STAT, IO_FSTAT)
+#: For each check: the items of its tuple that are indices of earlier
+#: operations, and the codes those operations may have.
+_CHECKS: Final = {IO_EXPECT_SAME: ((1, 2), _STATS), IO_EXPECT_BYTES: ((1,), (IO_PREAD,)),
+                  IO_EXPECT_SIZE: ((1,), _STATS)}
+
+
+def same_file_ops(path: str | bytes, fd: int, at: int) -> list[Op]:
+    """Operations to place at index ``at`` of a list: they stop it unless
+    ``fd`` is still the file at ``path`` (a stat of each, then
+    ``IO_EXPECT_SAME``, whose result is the last of the three)."""
+    return [(IO_STAT, path), (IO_FSTAT, fd), (IO_EXPECT_SAME, at, at + 1)]
 
 
 def _validate(ops: list[Op], at: int) -> None:
@@ -89,11 +100,12 @@ def _validate(ops: list[Op], at: int) -> None:
         raise ValueError("run_io: negative offset")
     if code == IO_PREAD and op[2] < 0:
         raise ValueError("run_io: negative size")
-    refs = {IO_EXPECT_SAME: (op[1:3], _STATS), IO_EXPECT_BYTES: ((op[1],), (IO_PREAD,)),
-            IO_EXPECT_SIZE: ((op[1],), _STATS)}.get(code)
-    if refs is not None:
-        for i in refs[0]:
-            if not (isinstance(i, int) and 0 <= i < at and ops[i][0] in refs[1]):
+    check = _CHECKS.get(code)
+    if check is not None:
+        items, kinds = check
+        for item in items:
+            i = op[item]
+            if not (isinstance(i, int) and 0 <= i < at and ops[i][0] in kinds):
                 raise ValueError("run_io: a check of an operation it cannot check")
 
 

@@ -61,7 +61,6 @@ from .files import (
 from .fragment import RECORD_SIZE, CommitRecord, area_with
 from .iobatch import (
     IO_EXPECT_BYTES,
-    IO_EXPECT_SAME,
     IO_EXPECT_SIZE,
     IO_FDATASYNC,
     IO_FLOCK,
@@ -167,8 +166,8 @@ class JournalWriter(AppendQueue):
             return None  # nothing to write, or a seal to follow
         joined = b"".join(data)
         committed = rec.end - rec.begin
-        ops: list[Op] = [(IO_FLOCK, lock_fd, fcntl.LOCK_EX), *lock_check_ops(self.jd, lock_fd)]
-        ops.append((IO_EXPECT_SAME, len(ops) - 2, len(ops) - 1))
+        ops: list[Op] = [(IO_FLOCK, lock_fd, fcntl.LOCK_EX)]
+        ops += lock_check_ops(self.jd, lock_fd, len(ops))
         ops.append((IO_PREAD, commit_fd, RECORD_SIZE, 0))
         ops.append((IO_EXPECT_BYTES, len(ops) - 1, area))
         ops.append((IO_FSTAT, open_fd))
