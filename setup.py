@@ -9,7 +9,8 @@ runs instead (message/_core.py says so with one warning).
 from setuptools import Extension, setup
 
 # message/_native.c includes these, in order (one translation unit).
-PARTS = ("common", "sequencer", "reader", "columns", "columns_sequencer", "publisher")
+PARTS = ("common", "sequencer", "reader", "columns", "columns_sequencer", "publisher",
+         "mapping")
 
 setup(
     ext_modules=[

@@ -5,16 +5,22 @@ partition moves most keys. ``rendezvous_mapping`` (highest random weight)
 picks the partition with the largest ``h(key) ^ h(journal name)``: adding or
 removing one moves only the keys that belong to it. With ``hash="fnv1a"``
 both reproduce Gazette's Go routing exactly.
+
+The closures below are the definition of both mappings; where the native
+core is built, ``message._native.Mapping`` does the same per message without
+a Python frame of its own (``EXACTLY_PURE_PYTHON=1`` runs the closures).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Final
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final
 
 import mmh3
 
+from ._core import NATIVE
 from ._errors import EmptyPartitionsError
 from ._interfaces import MappingFunc, MappingKeyFunc, PartitionsFunc
 
@@ -33,12 +39,22 @@ def fnv1a_32(data: bytes) -> int:
     return h
 
 
+#: ``mmh3.hash``'s arguments after the data: seed 0, unsigned.
+_MMH3_ARGS: Final = (0, False)
+
+
 def mmh3_32(data: bytes) -> int:
     """32-bit unsigned MurmurHash3 with seed 0."""
-    return mmh3.hash(data, 0, False)
+    return mmh3.hash(data, *_MMH3_ARGS)
 
 
 _HASHES: Final[dict[str, Callable[[bytes], int]]] = {"mmh3": mmh3_32, "fnv1a": fnv1a_32}
+
+#: How the native mapping calls each hash: hash(data, *args), the same as
+#: the function of the same name in _HASHES, without its Python frame.
+_NATIVE_HASHES: Final[dict[str, tuple[Callable[..., int], tuple[Any, ...]]]] = {
+    "mmh3": (mmh3.hash, _MMH3_ARGS), "fnv1a": (fnv1a_32, ()),
+}
 
 
 def _hasher(name: str) -> Callable[[bytes], int]:
@@ -87,15 +103,9 @@ def modulo_mapping(
     The partitions' routes are derived once while ``partitions()`` returns
     the very same object (compared with ``is``): return a new sequence when
     they change, as ``journal.WatchedList`` does."""
-    h = _hasher(hash)
-    cache = _Partitions(h)
-
-    def mapping(msg: object) -> tuple[str, str]:
-        routes = cache.of(partitions())[1]
-        k = key(msg)
-        return routes[h(k.encode() if isinstance(k, str) else bytes(k)) % len(routes)]
-
-    return mapping
+    if NATIVE is not None:
+        return _native_mapping(modulo_mapping, key, partitions, hash)
+    return py_modulo_mapping(key, partitions, hash=hash)
 
 
 def rendezvous_mapping(
@@ -107,6 +117,30 @@ def rendezvous_mapping(
     Journal-name hashes and routes are derived once while ``partitions()``
     returns the very same object (compared with ``is``).
     """
+    if NATIVE is not None:
+        return _native_mapping(rendezvous_mapping, key, partitions, hash)
+    return py_rendezvous_mapping(key, partitions, hash=hash)
+
+
+def py_modulo_mapping(
+    key: MappingKeyFunc, partitions: PartitionsFunc, *, hash: str = "mmh3"
+) -> MappingFunc:
+    """``modulo_mapping``'s definition: what the native ``Mapping`` does."""
+    h = _hasher(hash)
+    cache = _Partitions(h)
+
+    def mapping(msg: object) -> tuple[str, str]:
+        routes = cache.of(partitions())[1]
+        k = key(msg)
+        return routes[h(k.encode() if isinstance(k, str) else bytes(k)) % len(routes)]
+
+    return mapping
+
+
+def py_rendezvous_mapping(
+    key: MappingKeyFunc, partitions: PartitionsFunc, *, hash: str = "mmh3"
+) -> MappingFunc:
+    """``rendezvous_mapping``'s definition: what the native ``Mapping`` does."""
     h = _hasher(hash)
     cache = _Partitions(h)
 
@@ -121,6 +155,21 @@ def rendezvous_mapping(
                 best, index = w, i
         return routes[index]
 
+    return mapping
+
+
+def _native_mapping(
+    make: Callable[..., MappingFunc], key: MappingKeyFunc, partitions: PartitionsFunc,
+    hash: str,
+) -> MappingFunc:
+    """``make``'s mapping (``modulo_mapping`` or ``rendezvous_mapping``) as
+    the native core's ``Mapping``: routes derived by a ``_Partitions``, the
+    same hash, and pickled as the call to ``make`` that builds it again."""
+    cache = _Partitions(_hasher(hash))
+    call, args = _NATIVE_HASHES[hash]
+    remake = (partial(make, hash=hash), (key, partitions))
+    mapping: MappingFunc = NATIVE.Mapping(key, partitions, cache.of, call, args,
+                                          make is rendezvous_mapping, remake)
     return mapping
 
 

@@ -21,6 +21,8 @@
  *   message.arrow's NDJSON windows.
  * - sequence_columns: message/_columns_sequencer.py's decisions over columns, in one
  *   pass (message.arrow's committed reads).
+ * - Mapping: the mapping functions of modulo_mapping and rendezvous_mapping
+ *   (message/_mapping.py's closures are the definition).
  *
  * What it takes from Python is handed to configure() once, by
  * message/_core.py: the public classes it builds (Envelope, ProducerState,
@@ -50,6 +52,7 @@
 #include "_native_src/columns.inc.c"
 #include "_native_src/columns_sequencer.inc.c"
 #include "_native_src/publisher.inc.c"
+#include "_native_src/mapping.inc.c"
 
 /* -- layout and module ---------------------------------------------------- */
 
@@ -155,7 +158,8 @@ PyMODINIT_FUNC
 PyInit__native(void)
 {
     if (PyType_Ready(&SequencerType) < 0 || PyType_Ready(&ReaderType) < 0
-        || PyType_Ready(&CommittedType) < 0 || PyType_Ready(&PublisherType) < 0) {
+        || PyType_Ready(&CommittedType) < 0 || PyType_Ready(&PublisherType) < 0
+        || PyType_Ready(&MappingType) < 0) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&module_def);
@@ -165,7 +169,8 @@ PyInit__native(void)
     if (PyModule_AddObjectRef(m, "Sequencer", (PyObject *)&SequencerType) < 0
         || PyModule_AddObjectRef(m, "EnvelopeReader", (PyObject *)&ReaderType) < 0
         || PyModule_AddObjectRef(m, "CommittedReader", (PyObject *)&CommittedType) < 0
-        || PyModule_AddObjectRef(m, "Publisher", (PyObject *)&PublisherType) < 0) {
+        || PyModule_AddObjectRef(m, "Publisher", (PyObject *)&PublisherType) < 0
+        || PyModule_AddObjectRef(m, "Mapping", (PyObject *)&MappingType) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -7,11 +7,14 @@ RendezvousMapping (the first two tables are those of routines_test.go).
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import mmh3
 import pytest
 
+import message
 from journal import JournalSpec
 from message import (
     EmptyPartitionsError,
@@ -20,6 +23,7 @@ from message import (
     random_mapping,
     rendezvous_mapping,
 )
+from message._mapping import py_modulo_mapping, py_rendezvous_mapping
 
 NDJSON = "application/x-ndjson"
 CSV = "text/csv"
@@ -388,3 +392,76 @@ def test_unknown_hash_is_rejected() -> None:
         modulo_mapping(by_text, lambda: parts, hash="sha1")({"key": "k"})
     with pytest.raises((ValueError, MessageError)):
         rendezvous_mapping(by_text, lambda: parts, hash="crc32")({"key": "k"})
+
+
+@pytest.mark.skipif(message.IMPLEMENTATION == "python",
+                    reason="the Python implementation runs: its mappings are the definitions")
+@pytest.mark.parametrize("hash_name", ["mmh3", "fnv1a"])
+@pytest.mark.parametrize(("make", "definition"), [(modulo_mapping, py_modulo_mapping),
+                                                  (rendezvous_mapping, py_rendezvous_mapping)])
+def test_native_mappings_map_as_their_python_definitions(
+    make: Callable[..., Any], definition: Callable[..., Any], hash_name: str
+) -> None:
+    """The native core's mapping and the closure that defines it agree on
+    every key (str, non-ASCII str, bytes, bytearray, memoryview), while the
+    partitions change underneath both: a new object, one grown or cut in
+    place, another naming scheme."""
+    rng = random.Random(hash_name + make.__name__)
+    current = [partitions(5)]
+    native = make(by_text, lambda: current[0], hash=hash_name)
+    assert type(native).__module__ == "message._native"
+    ref = definition(by_text, lambda: current[0], hash=hash_name)
+    for step in range(4000):
+        roll = rng.random()
+        if roll < 0.005:
+            current[0] = partitions(rng.randint(1, 70), rng.choice(["a/p-%03d", "b/q=%d"]))
+        elif roll < 0.01:
+            current[0].append(JournalSpec(f"c/extra-{step}", {"content-type": CSV}))
+        elif roll < 0.015 and len(current[0]) > 1:
+            current[0].pop(rng.randrange(len(current[0])))
+        text = f"{rng.choice(['s', 'é', '日本', ''])}{rng.randint(0, 10**rng.randint(0, 12))}"
+        key = rng.choice([text, text.encode(), bytearray(text.encode()),
+                          memoryview(text.encode())])
+        assert native({"key": key}) == ref({"key": key}), (step, key)
+
+
+def _session(msg: dict[str, str]) -> str:
+    return msg["key"]
+
+
+@pytest.mark.parametrize("hash_name", ["mmh3", "fnv1a"])
+@pytest.mark.parametrize("make", [modulo_mapping, rendezvous_mapping])
+def test_a_mapping_travels_by_pickle(make: Callable[..., Any], hash_name: str) -> None:
+    """A mapping pickled as Spark pickles functions (cloudpickle), with the
+    functions it was made from, maps as the original."""
+    cloudpickle = pytest.importorskip("pyspark.cloudpickle", reason="needs the spark extra")
+    parts = partitions(9)
+    mapping = make(_session, lambda: parts, hash=hash_name)
+    again = cloudpickle.loads(cloudpickle.dumps(mapping))
+    for i in range(200):
+        assert again({"key": f"k{i}"}) == mapping({"key": f"k{i}"})
+
+
+def test_a_mapping_passes_on_what_its_functions_raise() -> None:
+    """What key() or partitions() raises, the mapping raises; a key that is
+    neither text nor bytes-like is a TypeError; the mapping works on after."""
+    parts = partitions(4)
+    state = {"fail": False}
+
+    def flaky() -> list[JournalSpec]:
+        if state["fail"]:
+            raise OSError("listing failed")
+        return parts
+
+    for make in (modulo_mapping, rendezvous_mapping):
+        mapping = make(by_text, flaky)
+        before = mapping({"key": "k"})
+        with pytest.raises(KeyError):
+            mapping({})
+        with pytest.raises(TypeError):
+            mapping({"key": 1.5})
+        state["fail"] = True
+        with pytest.raises(OSError, match="listing failed"):
+            mapping({"key": "k"})
+        state["fail"] = False
+        assert mapping({"key": "k"}) == before
