@@ -6,16 +6,17 @@ Without a C compiler the install goes on, and the Python implementation
 runs instead (message/_core.py says so with one warning).
 """
 
+from glob import glob
+
 from setuptools import Extension, setup
 
-# message/_native.c includes these, in order (one translation unit).
-PARTS = ("common", "sequencer", "reader", "columns", "columns_sequencer", "publisher",
-         "mapping")
+# message/_native.c includes its parts (one translation unit): a change to
+# any of them rebuilds it.
+PARTS = sorted(glob("message/_native_src/*.inc.c"))
 
 setup(
     ext_modules=[
-        Extension("message._native", ["message/_native.c"], optional=True,
-                  depends=[f"message/_native_src/{part}.inc.c" for part in PARTS]),
+        Extension("message._native", ["message/_native.c"], optional=True, depends=PARTS),
         Extension("journal._native", ["journal/_native.c"], optional=True),
     ],
 )
