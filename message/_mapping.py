@@ -16,7 +16,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import mmh3
 
@@ -48,16 +48,21 @@ def mmh3_32(data: bytes) -> int:
     return mmh3.hash(data, *_MMH3_ARGS)
 
 
-_HASHES: Final[dict[str, Callable[[bytes], int]]] = {"mmh3": mmh3_32, "fnv1a": fnv1a_32}
+class _Hash(NamedTuple):
+    """A hash by name: its function, and how the native mapping calls the
+    same without that function's frame (``call(data, *args)``)."""
 
-#: How the native mapping calls each hash: hash(data, *args), the same as
-#: the function of the same name in _HASHES, without its Python frame.
-_NATIVE_HASHES: Final[dict[str, tuple[Callable[..., int], tuple[Any, ...]]]] = {
-    "mmh3": (mmh3.hash, _MMH3_ARGS), "fnv1a": (fnv1a_32, ()),
+    function: Callable[[bytes], int]
+    call: Callable[..., int]
+    args: tuple[Any, ...]
+
+
+_HASHES: Final[dict[str, _Hash]] = {
+    "mmh3": _Hash(mmh3_32, mmh3.hash, _MMH3_ARGS), "fnv1a": _Hash(fnv1a_32, fnv1a_32, ()),
 }
 
 
-def _hasher(name: str) -> Callable[[bytes], int]:
+def _hash(name: str) -> _Hash:
     try:
         return _HASHES[name]
     except KeyError:
@@ -126,7 +131,7 @@ def py_modulo_mapping(
     key: MappingKeyFunc, partitions: PartitionsFunc, *, hash: str = "mmh3"
 ) -> MappingFunc:
     """``modulo_mapping``'s definition: what the native ``Mapping`` does."""
-    h = _hasher(hash)
+    h = _hash(hash).function
     cache = _Partitions(h)
 
     def mapping(msg: object) -> tuple[str, str]:
@@ -141,7 +146,7 @@ def py_rendezvous_mapping(
     key: MappingKeyFunc, partitions: PartitionsFunc, *, hash: str = "mmh3"
 ) -> MappingFunc:
     """``rendezvous_mapping``'s definition: what the native ``Mapping`` does."""
-    h = _hasher(hash)
+    h = _hash(hash).function
     cache = _Partitions(h)
 
     def mapping(msg: object) -> tuple[str, str]:
@@ -164,12 +169,11 @@ def _native_mapping(
 ) -> MappingFunc:
     """``make``'s mapping (``modulo_mapping`` or ``rendezvous_mapping``) as
     the native core's ``Mapping``: routes derived by a ``_Partitions``, the
-    same hash, and pickled as the call to ``make`` that builds it again."""
-    cache = _Partitions(_hasher(hash))
-    call, args = _NATIVE_HASHES[hash]
-    remake = (partial(make, hash=hash), (key, partitions))
-    mapping: MappingFunc = NATIVE.Mapping(key, partitions, cache.of, call, args,
-                                          make is rendezvous_mapping, remake)
+    same hash, and pickled as ``make(key, partitions, hash=hash)``."""
+    h = _hash(hash)
+    cache = _Partitions(h.function)
+    mapping: MappingFunc = NATIVE.Mapping(key, partitions, cache.of, h.call, h.args,
+                                          make is rendezvous_mapping, partial(make, hash=hash))
     return mapping
 
 

@@ -6,7 +6,7 @@
  * message/_mapping.py's closures are the definition; this does the same per
  * message without a Python frame of its own:
  *
- *   Mapping(key, partitions, of, hash, hash_args, rendezvous, reduce)
+ *   Mapping(key, partitions, of, hash, hash_args, rendezvous, remake)
  *
  * - partitions() is called for every message; while it returns the very
  *   object seen last, of the same length, the routes and name hashes
@@ -18,12 +18,12 @@
  * - modulo: routes[h % len(routes)]; rendezvous: the route of the first
  *   partition with the strictly largest h ^ (its name's hash), the first one
  *   if none is above 0.
- * - pickling remakes it from reduce, (callable, args), given by Python.
+ * - pickled, it is made again by remake(key, partitions).
  */
 
 typedef struct {
     PyObject_HEAD
-    PyObject *key, *partitions, *of, *hash, *hash_args, *reduce;
+    PyObject *key, *partitions, *of, *hash, *hash_args, *remake;
     int rendezvous;
     PyObject *parts;  /* the partitions object routes were derived from (or NULL) */
     PyObject *routes; /* list of (name, content type) tuples */
@@ -183,12 +183,12 @@ static PyObject *
 mapping_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"key", "partitions", "of", "hash", "hash_args", "rendezvous",
-                             "reduce", NULL};
-    PyObject *key, *partitions, *of, *hash, *hash_args, *reduce;
+                             "remake", NULL};
+    PyObject *key, *partitions, *of, *hash, *hash_args, *remake;
     int rendezvous;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO!pO!:Mapping", kwlist, &key,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOOO!pO:Mapping", kwlist, &key,
                                      &partitions, &of, &hash, &PyTuple_Type, &hash_args,
-                                     &rendezvous, &PyTuple_Type, &reduce)) {
+                                     &rendezvous, &remake)) {
         return NULL;
     }
     if (PyTuple_GET_SIZE(hash_args) > 2) {
@@ -204,7 +204,7 @@ mapping_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     m->of = Py_NewRef(of);
     m->hash = Py_NewRef(hash);
     m->hash_args = Py_NewRef(hash_args);
-    m->reduce = Py_NewRef(reduce);
+    m->remake = Py_NewRef(remake);
     m->rendezvous = rendezvous;
     m->parts = NULL;
     m->routes = PyList_New(0);
@@ -220,7 +220,7 @@ mapping_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static PyObject *
 mapping_reduce(Mapping *m, PyObject *Py_UNUSED(ignored))
 {
-    return Py_NewRef(m->reduce);
+    return Py_BuildValue("O(OO)", m->remake, m->key, m->partitions);
 }
 
 static int
@@ -231,7 +231,7 @@ mapping_traverse(Mapping *m, visitproc visit, void *arg)
     Py_VISIT(m->of);
     Py_VISIT(m->hash);
     Py_VISIT(m->hash_args);
-    Py_VISIT(m->reduce);
+    Py_VISIT(m->remake);
     Py_VISIT(m->parts);
     Py_VISIT(m->routes);
     return 0;
@@ -245,7 +245,7 @@ mapping_clear(Mapping *m)
     Py_CLEAR(m->of);
     Py_CLEAR(m->hash);
     Py_CLEAR(m->hash_args);
-    Py_CLEAR(m->reduce);
+    Py_CLEAR(m->remake);
     Py_CLEAR(m->parts);
     Py_CLEAR(m->routes);
     return 0;
@@ -268,7 +268,7 @@ static PyMethodDef mapping_methods[] = {
 static PyTypeObject MappingType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "message._native.Mapping",
-    .tp_doc = "Mapping(key, partitions, of, hash, hash_args, rendezvous, reduce)\n--\n\n"
+    .tp_doc = "Mapping(key, partitions, of, hash, hash_args, rendezvous, remake)\n--\n\n"
               "The mapping function of modulo_mapping or rendezvous_mapping (see "
               "message/_mapping.py): mapping(msg) -> (journal, content type).",
     .tp_basicsize = sizeof(Mapping),
