@@ -64,6 +64,8 @@ def alive(proc: Proc) -> bool:
     if os.path.isdir("/proc"):
         stat = proc_stat(proc.pid)
         if stat is None or stat[0] in ("Z", "X"):
+            if proc.popen is not None:
+                proc.popen.poll()  # our child, exited since the poll above: reap it
             return False
         return proc.start_time is None or stat[1] == proc.start_time
     try:
