@@ -61,6 +61,9 @@ log = logging.getLogger("consumer.member")
 #: A member's lease TTL unless told otherwise (seconds), as the issue of a
 #: dead member's shards being served elsewhere within it.
 DEFAULT_LEASE_TTL: Final = 10
+#: gRPC statuses of an etcd call that a later attempt may get through.
+_TRANSIENT: Final = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
+
 #: etcd raises shorter TTLs to its minimum; refuse them instead.
 MIN_LEASE_TTL: Final = 2
 
@@ -459,8 +462,7 @@ class Member:
         kind, path = home
         key = self._group.keys.home(shard.id)
         doc = orjson.dumps({"host": self.host, "store": kind, "path": path})
-        resp = self._etcd.txn([EtcdClient.absent(key)], [EtcdClient.put_op(key, doc)],
-                              [EtcdClient.get_op(key)])
+        resp = self._home_txn(shard.id, key, doc)
         if resp.succeeded:
             return
         kvs = resp.responses[0].response_range.kvs
@@ -472,6 +474,26 @@ class Member:
                 " it. Serve it from members of that host (or sharing its filesystem, with the"
                 " same host name), or keep its state in a store every host reaches, such as"
                 " PostgresStore", shard=shard.id, store=kind)
+
+    def _home_txn(self, shard: str, key: str, doc: bytes) -> Any:
+        """Record ``doc`` as the shard's home unless one is; return the txn's
+        answer. etcd out of reach (restarting, say) is waited out while the
+        shard is still to run here: its claim holds as long as the member's
+        lease, and the member stops the shard when it gives the lease up."""
+        delay = 0.05
+        while True:
+            try:
+                return self._etcd.txn([EtcdClient.absent(key)], [EtcdClient.put_op(key, doc)],
+                                      [EtcdClient.get_op(key)])
+            except EtcdError as exc:
+                with self._lock:
+                    v = self._served.get(shard)
+                    wanted = v is not None and v.stopping is None and not self._stop
+                if not wanted or exc.code not in _TRANSIENT:
+                    raise
+                log.info("member %s: shard %s waits for etcd: %s", self.id, shard, exc)
+            time.sleep(delay)
+            delay = min(2 * delay, 0.5)
 
     def _leave(self) -> None:
         """Stop every shard, wait for them, give up the claims and the lease."""

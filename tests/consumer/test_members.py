@@ -8,6 +8,7 @@ overlapping terms."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import secrets
@@ -25,6 +26,7 @@ import pytest
 
 from consumer import (
     EtcdClient,
+    EtcdError,
     Member,
     Shard,
     ShardGroup,
@@ -41,6 +43,7 @@ from tests.consumer_support import (
     expected_output,
     expected_state,
     make_input,
+    open_store,
     output_by_key,
 )
 
@@ -203,6 +206,8 @@ class Members:
                     proc.send_signal(sig)
                 proc.wait()
         self.procs.clear()
+        for name in self.logs:  # pytest shows this output when the test failed
+            print(f"--- log of member {name} ---\n{self.log(name)}")
 
 
 @pytest.fixture
@@ -418,6 +423,65 @@ def test_members_ride_out_an_etcd_restart(gazette_binaries: Any, tmp_path: Path)
                 etcd.close()
             assert "lost its lease" in members.log(a) + members.log(b)
             pipe.check(client)
+
+
+def test_a_shard_starting_while_etcd_restarts_waits_for_it(
+        gazette_binaries: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A shard claimed just before etcd goes down records its store's home
+    in etcd while it is down: it waits for etcd and serves on, under the
+    same claim, rather than failing (and being left for a retry period)."""
+    from exactly.localcluster import GazetteCluster
+
+    caplog.set_level(logging.INFO, "consumer.member")
+    pipe = Pipeline("", 1, tmp_path / "work")
+    pipe.work.mkdir()
+    spec = pipe.specs[0]
+    opening = threading.Event()
+    opened = threading.Event()
+
+    def new_store(shard: Shard) -> Any:
+        opening.set()
+        assert opened.wait(60), "never let through"
+        return open_store(pipe.store, shard)
+
+    with GazetteCluster(tmp_path / "cluster", brokers=1, binaries=gazette_binaries,
+                        etcd_lease=20) as cluster, \
+            LocalJournalStore(tmp_path / "journals") as client:
+        pipe.create(client)
+        make_input(client, pipe.sources, 50, seed=3, messy=False)
+        client.flush()
+        etcd = EtcdClient(cluster.etcd_address)
+        try:
+            group = ShardGroup(etcd, "/starting")
+            group.apply([spec])
+            app = CountingApp(new_store, pipe.routes)
+            with Member(client, app, cluster.etcd_address, prefix=group.prefix,
+                        lease_ttl=TTL) as member:
+                assert opening.wait(30), "the shard was never claimed"
+                claim = group.view().claims[spec.id].revision
+                restart = threading.Thread(target=cluster.restart_etcd, kwargs={"down": 1.0})
+                restart.start()
+                wait_for("etcd down", lambda: not reachable(etcd), timeout=10, every=0.05)
+                opened.set()
+                restart.join(60)
+                want = expected_output(committed_by_key(client, pipe.sources))
+                wait_for("the output", lambda: output_by_key(client, pipe.mids) == want,
+                         timeout=30)
+                assert list(member.errors) == []
+                assert member.serving == (spec.id,)
+                assert f"shard {spec.id} waits for etcd" in caplog.text
+                assert group.view().claims[spec.id].revision == claim
+        finally:
+            opened.set()
+            etcd.close()
+
+
+def reachable(etcd: EtcdClient) -> bool:
+    try:
+        etcd.get("/")
+    except EtcdError:
+        return False
+    return True
 
 
 def test_a_store_on_another_hosts_disk_is_refused(
