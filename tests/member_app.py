@@ -15,8 +15,10 @@ UNIX_TIME`` on standard output.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import os
+import sys
 import time
 from typing import Any
 
@@ -37,6 +39,10 @@ class MemberApp(CountingApp):
         self.terms: dict[int, str] = {}
 
     def new_store(self, shard: Shard) -> Store:
+        # What exactly serve told the collector (tests/consumer/test_members.py).
+        sys.stdout.write(
+            f"gc: {gc.get_freeze_count()} frozen, threshold {gc.get_threshold()[0]}\n")
+        sys.stdout.flush()  # one write: the log's other lines come from other threads
         store = super().new_store(shard)
         self.terms[id(store)] = f"{os.getpid()}:{next(_TERMS)}"
         if isinstance(store, SQLStore):

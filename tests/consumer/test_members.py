@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import random
+import re
 import secrets
 import signal
 import sqlite3
@@ -34,6 +35,7 @@ from consumer import (
     SQLiteStore,
     StoreElsewhereError,
 )
+from exactly._members_cmd import YOUNG_THRESHOLD
 from journal import JournalClient, LocalJournalStore
 from tests.consumer_support import (
     NDJSON,
@@ -276,6 +278,12 @@ def test_three_members_sigkilled_in_turn_keep_twelve_shards_exactly_once(
         pipe.check(client)
         moved = [s.id for s in pipe.specs if len(check_terms(pipe.db(s.id))) > 1]
         assert moved, "no shard ever moved between members"
+        # Each member settled the collector before it served (settle_collector).
+        said = {(int(frozen), int(young)) for name in members.logs
+                for frozen, young in re.findall(r"gc: (\d+) frozen, threshold (\d+)\n",
+                                                members.log(name))}
+        assert said and all(frozen > 0 and young == YOUNG_THRESHOLD
+                            for frozen, young in said), said
         # Given up on SIGTERM, or gone with the lease of a member killed last.
         wait_for("no claims left", lambda: not group.view().claims, timeout=2 * TTL + 2)
 
