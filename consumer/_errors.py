@@ -51,3 +51,9 @@ class EtcdError(ConsumerError):
     def __init__(self, message: str, *, code: str = "") -> None:
         super().__init__(message)
         self.code = code
+
+    @property
+    def unreachable(self) -> bool:
+        """etcd did not answer (``UNAVAILABLE``, ``DEADLINE_EXCEEDED``): a
+        later attempt may get through, unlike a call it refused."""
+        return self.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED")

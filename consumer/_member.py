@@ -61,9 +61,6 @@ log = logging.getLogger("consumer.member")
 #: A member's lease TTL unless told otherwise (seconds), as the issue of a
 #: dead member's shards being served elsewhere within it.
 DEFAULT_LEASE_TTL: Final = 10
-#: gRPC statuses of an etcd call that a later attempt may get through.
-_TRANSIENT: Final = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
-
 #: etcd raises shorter TTLs to its minimum; refuse them instead.
 MIN_LEASE_TTL: Final = 2
 
@@ -489,7 +486,7 @@ class Member:
                 with self._lock:
                     v = self._served.get(shard)
                     wanted = v is not None and v.stopping is None and not self._stop
-                if not wanted or exc.code not in _TRANSIENT:
+                if not wanted or not exc.unreachable:
                     raise
                 log.info("member %s: shard %s waits for etcd: %s", self.id, shard, exc)
             time.sleep(delay)
