@@ -7,7 +7,7 @@ throwaway certificate authority, and the brokers' authorization keys.
     broker.pem, .key    the brokers' certificate (for 127.0.0.1 and localhost)
     client.pem, .key    a client certificate, for brokers that ask for one
                         (mutual TLS), signed by the same CA
-    auth-keys           the brokers' --auth-keys (two base64 keys)
+    auth-keys           the brokers' --broker.auth-keys (two base64 keys)
 
 and ``GazetteCluster(..., security=...)`` starts brokers that serve TLS
 (``https://`` endpoints), require client certificates when ``mutual``, and
@@ -38,7 +38,7 @@ class ClusterSecurity:
     client_key_file: Path
     #: Brokers ask clients for a certificate signed by the CA.
     mutual: bool = False
-    #: The brokers' --auth-keys (None: no authorization checked).
+    #: The brokers' --broker.auth-keys (None: no authorization checked).
     auth_keys: str | None = None
 
     @property

@@ -51,7 +51,8 @@ def parse_keys(keys: str) -> list[bytes]:
         except (binascii.Error, ValueError) as exc:
             raise ValueError(f"auth_keys: the key at index {i} is not base64: {exc}") from None
     if not out:
-        raise ValueError("auth_keys: give at least one base64 key (as the brokers' --auth-keys)")
+        raise ValueError(
+            "auth_keys: give at least one base64 key (as the brokers' --broker.auth-keys)")
     return out
 
 

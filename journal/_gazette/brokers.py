@@ -483,7 +483,7 @@ def refusal(
     if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
         hint = ("the client signs no authorization: give auth_keys (BROKER_AUTH_KEYS)"
                 if security.auth is None else
-                "its authorization was refused: are auth_keys the brokers' --auth-keys?")
+                "its authorization was refused: are auth_keys the brokers' --broker.auth-keys?")
         return BrokerAuthError(
             f"{what}: {endpoint} refused the request ({details}): {hint}",
             status=code.name, journal=journal, address=endpoint,
