@@ -47,7 +47,11 @@ class Store(Protocol):
 class Application(abc.ABC):
     """What a consumer does with its messages: subclass it.
 
-    Every method runs on the shard's own thread, one call at a time.
+    Every method runs on the shard's own thread, one call at a time for a
+    shard. One application serves every shard of a ``Runner`` or ``Member``,
+    so calls for different shards run at once, on their threads: keep what
+    belongs to one shard in its store, or under ``shard.id``, never in an
+    attribute that all shards share.
     ``publisher`` belongs to this start of the shard (a fresh producer ID
     each time it starts): what ``consume_message`` or ``finalize_txn``
     publishes with ``publisher.publish_uncommitted`` commits with the
