@@ -151,6 +151,9 @@ def _read_columns(args: argparse.Namespace) -> int:
     rows = 0
     with open_store(args) as store:
         try:
+            if args.selector and not store.list(args.selector):
+                # A typo in a label would else make an empty file, silently.
+                raise UsageError(f"no journal matches --selector {args.selector!r}")
             reader = cls(
                 store, args.name or None, selector=args.selector, schema=schema,
                 proto_class=args.proto, offset=args.offset, skip_corrupt=args.skip_corrupt,

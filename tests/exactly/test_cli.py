@@ -657,6 +657,8 @@ def test_read_committed_to_arrow_and_parquet(tmp_path: Path) -> None:
     (["clicks/a", "--format", "parquet", "-o", "x", "--follow"], "--follow goes with"),
     (["clicks/a", "--format", "arrow", "-o", "x", "--schema", "page strng"], "--schema"),
     (["--selector", "app=x"], "--format arrow or parquet"),
+    (["--selector", "app=x", "--format", "arrow", "-o", "x"], "no journal matches"),
+    (["--selector", "app=", "--format", "parquet", "-o", "x"], "selector"),
 ])
 def test_read_columns_mistakes_are_one_line(tmp_path: Path, args: list[str], message: str) -> None:
     root = tmp_path / "store"
