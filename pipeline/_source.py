@@ -12,6 +12,12 @@ Options (all strings, as Spark passes them):
 ``cert_file``,         ``GazetteClient`` takes them (files on every host that runs tasks;
 ``cert_key_file``,     each left out is read from the tasks' ``BROKER_*`` environment)
 ``auth_keys``
+``connect_timeout``,   with ``broker``: the tasks' clients wait this many seconds for
+``retry_timeout``,     the first answer of a broker, retry a failing cluster this long,
+``auth_token_ttl``     and sign tokens for this long (``GazetteClient``'s defaults: 5,
+                       60, 3600)
+``direct_reads``       with ``broker``: ``true`` (default) reads persisted fragments
+                       from their store's signed URLs, ``false`` through the brokers
 ``journal``            one journal, or
 ``selector``           a label selector (``"app=clicks"``; ``prefix=a/`` matches names)
 ``schema``             content columns: a DDL string (``"page string, n long"``) or a

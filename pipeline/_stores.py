@@ -25,6 +25,10 @@ STATE_PREFIX: Final = ".exactly/pipeline/"
 #: The data source's options for a secured cluster: GazetteClient's keyword
 #: arguments of the same names.
 SECURITY_OPTIONS: Final = ("trusted_ca_file", "cert_file", "cert_key_file", "auth_keys")
+#: The data source's options for how a task's client waits and reads: seconds
+#: for GazetteClient's keyword arguments of the same names (``retry_timeout``
+#: may be 0), and ``direct_reads`` (``true`` or ``false``).
+SECONDS_OPTIONS: Final = ("connect_timeout", "retry_timeout", "auth_token_ttl")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,9 @@ class StoreOptions:
     #: its own state journals included (option ``replication``; None: the
     #: client's default).
     replication: int | None = None
+    #: With ``broker``: the options of ``SECONDS_OPTIONS`` and
+    #: ``direct_reads`` given, as GazetteClient's keyword arguments.
+    client: tuple[tuple[str, float | bool], ...] = ()
 
     @classmethod
     def of(cls, options: Mapping[str, str]) -> StoreOptions:
@@ -60,7 +67,7 @@ class StoreOptions:
         text = (options.get("replication") or "").strip()
         replication = int(text) if text.isdigit() and int(text) > 0 else None
         return cls(broker=broker, file_root=options.get("file_root") or None, security=security,
-                   replication=replication)
+                   replication=replication, client=_client_options(options))
 
     def open(self, *, create: bool = False) -> JournalStore:
         """A client of the store (to be closed by the caller). A store
@@ -71,6 +78,7 @@ class StoreOptions:
             extra: dict[str, Any] = {}
             if self.replication is not None:
                 extra["replication"] = self.replication
+            extra.update(self.client)
             return GazetteClient(
                 self.broker, file_root=self.file_root, **extra,
                 trusted_ca_file=given.get("trusted_ca_file"), cert_file=given.get("cert_file"),
@@ -83,6 +91,27 @@ class StoreOptions:
 
     def describe(self) -> str:
         return f"the cluster at {self.broker}" if self.broker else f"the store at {self.root}"
+
+
+def _client_options(options: Mapping[str, str]) -> tuple[tuple[str, float | bool], ...]:
+    out: list[tuple[str, float | bool]] = []
+    for name in SECONDS_OPTIONS:
+        text = (options.get(name) or "").strip()
+        if not text:
+            continue
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = -1.0
+        if not (seconds > 0 or (seconds == 0 and name == "retry_timeout")):
+            raise ValueError(f"the option {name} is a number of seconds above 0, not {text!r}")
+        out.append((name, seconds))
+    text = (options.get("direct_reads") or "").strip().lower()
+    if text:
+        if text not in ("true", "false"):
+            raise ValueError(f"the option direct_reads is true or false, not {text!r}")
+        out.append(("direct_reads", text == "true"))
+    return tuple(out)
 
 
 def select_journals(client: JournalStore, options: Mapping[str, str]) -> list[JournalSpec]:

@@ -629,3 +629,34 @@ def test_metadata_columns_format_uuids_as_uuid_does(halves: list[tuple[int, int]
     want = [uuid.UUID(int=(h << 64) | lo) for h, lo in halves]
     assert cols[3].to_pylist() == [str(u) for u in want]
     assert cols[4].to_pylist() == [f"{u.node:012x}" for u in want]
+
+
+def test_store_options_reach_the_tasks_gazette_clients(tmp_path: Path) -> None:
+    """The data source's connect_timeout, retry_timeout, auth_token_ttl and
+    direct_reads options make each task's GazetteClient; a value that is
+    not one is one clear error."""
+    import socket
+
+    from journal import BrokerUnavailableError, GazetteClient
+    from pipeline._stores import StoreOptions
+
+    with socket.socket() as s:  # a port where nothing listens
+        s.bind(("127.0.0.1", 0))
+        broker = f"http://127.0.0.1:{s.getsockname()[1]}"
+    opts = StoreOptions.of({"broker": broker, "connect_timeout": "0.3", "retry_timeout": "0",
+                            "auth_token_ttl": "60", "direct_reads": "false"})
+    client = opts.open()
+    try:
+        assert isinstance(client, GazetteClient) and client.direct_reads is False
+        with pytest.raises(BrokerUnavailableError, match=r"within 0\.3 s"):
+            client.list("")
+    finally:
+        client.close()
+    with StoreOptions.of({"broker": broker}).open() as plain:
+        assert isinstance(plain, GazetteClient) and plain.direct_reads is True
+    for bad, name in (({"connect_timeout": "soon"}, "connect_timeout"),
+                      ({"retry_timeout": "-1"}, "retry_timeout"),
+                      ({"auth_token_ttl": "0"}, "auth_token_ttl"),
+                      ({"direct_reads": "yes"}, "direct_reads")):
+        with pytest.raises(ValueError, match=f"the option {name} is"):
+            StoreOptions.of({"broker": broker, **bad})
