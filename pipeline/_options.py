@@ -14,7 +14,13 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import StructType
 
 from message import DEFAULT_UUID_PATH, uuid_path_of
-from message.arrow import ENVELOPE_FIELDS, ENVELOPE_NAMES, ArrowContent, infer_json_fields
+from message.arrow import (
+    ENVELOPE_FIELDS,
+    ENVELOPE_NAMES,
+    ArrowContent,
+    content_column_names,
+    infer_json_fields,
+)
 
 from ._content import proto_content_ddl
 from ._stores import StoreOptions, select_journals
@@ -72,16 +78,13 @@ def content_columns(ddl: str) -> str:
     message's field, whose name its comment says, and Spark never sees two
     columns of one name (its AMBIGUOUS_REFERENCE)."""
     items = _ddl_items(ddl)
-    taken = set(ENVELOPE_NAMES) | {name for name, _ in items}
     out = []
-    for name, text in items:
-        if name not in ENVELOPE_NAMES:
+    for (name, text), column in zip(
+        items, content_column_names([name for name, _ in items]), strict=True
+    ):
+        if column == name:
             out.append(text)
             continue
-        column = f"content_{name}"
-        while column in taken:
-            column = f"content_{column}"
-        taken.add(column)
         rest = text.strip()[len(_quoted(name)) if text.strip().startswith("`") else len(name):]
         if " comment " in f" {rest.lower()} ":
             raise ValueError(

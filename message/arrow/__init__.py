@@ -28,7 +28,9 @@ Each row has the envelope columns (:data:`ENVELOPE_FIELDS`: ``journal``,
 ``begin``, ``end``, ``uuid``, ``producer``, ``clock``, ``flags``,
 ``publish_time``, ``commit_offset``) and the message's content as columns:
 NDJSON fields by a schema, or inferred from the journal's first MiB; CSV
-fields by position after the UUID; fixed protobuf fields by name. ACK_TXN
+fields by position after the UUID; fixed protobuf fields by name. A field
+named like an envelope column is the column ``content_<name>``
+(:func:`content_column_names`), as in the Spark source. ACK_TXN
 messages (control records) are left out unless ``include_acks=True``.
 
 How: a journal is read in windows of about ``batch_bytes`` whole frames.
@@ -67,6 +69,9 @@ from ._content import (
     ArrowContent as ArrowContent,
 )
 from ._content import (
+    content_column_names as content_column_names,
+)
+from ._content import (
     infer_json_fields as infer_json_fields,
 )
 from ._content import (
@@ -84,6 +89,6 @@ from ._windows import envelope_columns as envelope_columns
 __all__ = [
     "ReadCommittedArrow", "ReadUncommittedArrow", "ArrowContent", "ENVELOPE_FIELDS",
     "ENVELOPE_NAMES", "BATCH_BYTES", "PROTO_TYPES", "envelope_columns", "infer_json_fields",
-    "load_proto_class", "to_arrow", "bucket_of", "ndjson_frames",
+    "load_proto_class", "to_arrow", "bucket_of", "ndjson_frames", "content_column_names",
 ]
 

@@ -54,6 +54,24 @@ ENVELOPE_FIELDS: Final[tuple[tuple[str, pa.DataType], ...]] = (
 #: The names of :data:`ENVELOPE_FIELDS`.
 ENVELOPE_NAMES: Final = tuple(name for name, _ in ENVELOPE_FIELDS)
 
+def content_column_names(names: Sequence[str]) -> list[str]:
+    """The column of each content field of ``names``: the field's own name,
+    or ``content_<name>`` for a field named like an envelope column
+    (``uuid``, ``begin``, ...; one more ``content_`` while that is taken
+    too), so that no batch has two columns of one name."""
+    taken = set(ENVELOPE_NAMES) | set(names)
+    out = []
+    for name in names:
+        column = name
+        if name in ENVELOPE_NAMES:
+            column = f"content_{name}"
+            while column in taken:
+                column = f"content_{column}"
+            taken.add(column)
+        out.append(column)
+    return out
+
+
 #: Bytes of a journal read, decoded and sequenced at once (a batch's worth).
 BATCH_BYTES: Final = 8 << 20
 #: Bytes at the start of each journal that NDJSON schema inference looks at.
@@ -100,8 +118,11 @@ class ArrowContent:
         return [name for name, _ in self.fields]
 
     def schema(self) -> pa.Schema:
-        """The schema of the batches: envelope columns, then content columns."""
-        return pa.schema([*ENVELOPE_FIELDS, *self.fields])
+        """The schema of the batches: envelope columns, then content columns
+        (named as ``content_column_names`` says)."""
+        columns = content_column_names(self.names)
+        return pa.schema([*ENVELOPE_FIELDS,
+                          *((c, typ) for c, (_, typ) in zip(columns, self.fields, strict=True))])
 
     def message_type(self, content_type: str | None) -> Callable[[], Message]:
         """A factory of empty messages of the journal's framing."""

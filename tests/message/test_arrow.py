@@ -556,3 +556,34 @@ def test_native_uuid_columns_are_the_numpy_definitions(
     rest = _core.NATIVE.parse_uuids(data, offsets, h1, l1)
     assert rest == columns._parse_canonical(np.frombuffer(data, np.uint8), offsets, h2, l2)
     assert h1.tolist() == h2.tolist() and l1.tolist() == l2.tolist()
+
+
+def test_fields_named_like_envelope_columns_are_content_columns_of_their_own() -> None:
+    """A document's own ``uuid`` or ``begin`` is the column ``content_uuid``
+    (``content_begin``) beside the envelope's, inferred or named by a
+    schema, committed or not: a batch never has two columns of one name."""
+    client = MemoryJournalClient()
+    spec = client.create("j", NDJSON)
+    pub = Publisher(client)
+    for i in range(3):
+        pub.publish_committed(lambda d: (spec.name, spec.content_type),
+                              JsonDocument(uuid=f"order-{i}", begin=10 * i, content_uuid="x",
+                                           page="/p"))
+    client.flush()
+    named = pa.schema([("uuid", pa.string()), ("begin", pa.int64()), ("page", pa.string())])
+    for table in (ReadCommittedArrow(client, "j").read_all(),
+                  ReadCommittedArrow(client, "j", schema=named).read_all(),
+                  ReadUncommittedArrow(client, "j", schema=named).read_all()):
+        names = table.column_names
+        assert len(names) == len(set(names)), names
+        assert table.column("content_begin").to_pylist() == [0, 10, 20]
+        orders = [f"order-{i}" for i in range(3)]
+        if "content_content_uuid" in names:
+            # Inferred: the field content_uuid is a column of that name, so
+            # the field uuid's takes one more prefix (as the Spark source's).
+            assert table.column("content_content_uuid").to_pylist() == orders
+            assert table.column("content_uuid").to_pylist() == ["x"] * 3
+        else:
+            assert table.column("content_uuid").to_pylist() == orders
+        assert all(uuid.UUID(u).version == 1 for u in table.column("uuid").to_pylist())
+        assert table.column("begin").to_pylist() == sorted(table.column("begin").to_pylist())
