@@ -54,6 +54,7 @@ ENVELOPE_FIELDS: Final[tuple[tuple[str, pa.DataType], ...]] = (
 #: The names of :data:`ENVELOPE_FIELDS`.
 ENVELOPE_NAMES: Final = tuple(name for name, _ in ENVELOPE_FIELDS)
 
+
 def content_column_names(names: Sequence[str]) -> list[str]:
     """The column of each content field of ``names``: the field's own name,
     or ``content_<name>`` for a field named like an envelope column
