@@ -521,6 +521,30 @@ def test_bad_options_are_clear_errors(spark: Any, tmp_path: Path) -> None:
     assert reader(spark, tmp_path, selector="app=none").count() == 0
 
 
+def test_a_cluster_that_never_answers_fails_within_the_connect_timeout_option(
+    spark: Any,
+) -> None:
+    """``connect_timeout`` reaches the clients of a read: a broker address
+    where nothing listens fails within it, and says so; a value that is not
+    a number of seconds is a clear error."""
+    import socket
+
+    with socket.socket() as s:  # a port where nothing listens
+        s.bind(("127.0.0.1", 0))
+        broker = f"http://127.0.0.1:{s.getsockname()[1]}"
+
+    def read(**options: str) -> Any:
+        r = spark.read.format("journal").option("broker", broker).option("journal", "j")
+        for k, v in options.items():
+            r = r.option(k, v)
+        return r.load().collect()
+
+    with pytest.raises(Exception, match=r"no Gazette broker answered .* within 0\.5 s"):
+        read(connect_timeout="0.5", schema="page string")
+    with pytest.raises(Exception, match="the option connect_timeout is a number of seconds"):
+        read(connect_timeout="soon", schema="page string")
+
+
 def test_offsets_are_json(tmp_path: Path) -> None:
     """A streaming offset round-trips through JSON (Spark's offset log)."""
     from message import ProducerState
