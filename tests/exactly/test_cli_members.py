@@ -210,6 +210,81 @@ def test_serve_claims_serves_and_gives_all_up_on_sigterm(
     assert got == ["a", "b", "c"]
 
 
+def _doc_block(lang: str, marker: str) -> str:
+    """The one ``lang`` block of docs/consumer.md that holds ``marker``."""
+    import re
+
+    text = (ROOT / "docs" / "consumer.md").read_text()
+    blocks = [b for b in re.findall(rf"```{lang}\n(.*?)```", text, re.S) if marker in b]
+    assert len(blocks) == 1, marker
+    return blocks[0]
+
+
+def test_the_docs_serving_walkthrough_runs_as_written(
+        etcd: dict[str, str], tmp_path: Path) -> None:
+    """docs/consumer.md's "Members on several hosts", on the embedded store:
+    its wordcount.py served by `exactly serve` with its shards.yaml counts
+    each partition's words once, in each shard's table, and `exactly shards
+    show` reads a shard's store as the doc shows."""
+    import sqlite3
+    from collections import Counter
+
+    (tmp_path / "wordcount.py").write_text(_doc_block("python", "# wordcount.py"))
+    (tmp_path / "shards.yaml").write_text(_doc_block("yaml", "count-1"))
+    root = str(tmp_path / "journals")
+    r = run("--root", root, "journals", "create", "lines/part-0", "lines/part-1", "counts")
+    assert r.returncode == 0, r.stderr
+    r = run("shards", "apply", str(tmp_path / "shards.yaml"), env=etcd)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[:2] == ["count-1: created", "count-2: created"]
+    texts = {0: ["the cat sat", "a cat"], 1: ["the dog sat", "the end"]}
+    for part, lines in texts.items():
+        r = run("--root", root, "append", f"lines/part-{part}",
+                input="".join(json.dumps({"text": t}) + "\n" for t in lines))
+        assert r.returncode == 0, r.stderr
+    expected = {f"count-{p + 1}": Counter(" ".join(t).split()) for p, t in texts.items()}
+    env = {**os.environ, **etcd, "PYTHONPATH": str(ROOT),
+           "WORDCOUNT_STATE": str(tmp_path / "state")}
+    log = tmp_path / "serve.log"
+
+    def counts(shard: str) -> Counter[str]:
+        path = tmp_path / "state" / f"{shard}.db"
+        if not path.exists():
+            return Counter()
+        with sqlite3.connect(path) as db:
+            try:
+                return Counter(dict(db.execute("SELECT word, n FROM words")))
+            except sqlite3.OperationalError:  # not made yet
+                return Counter()
+
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "exactly", "--root", root, "serve", "wordcount:WordCount",
+             "--lease-ttl", "3"], cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while any(counts(shard) != want for shard, want in expected.items()):
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, (log.read_text(), counts("count-1"))
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    for shard, want in expected.items():
+        assert counts(shard) == want
+    shown = subprocess.run(
+        [sys.executable, "-m", "exactly", "shards", "show", "--store", "state/count-1.db",
+         "--root", "journals", "--json"], cwd=tmp_path, capture_output=True, text=True,
+        timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert shown.returncode == 0, shown.stderr
+    doc = json.loads(shown.stdout)
+    assert doc["shard"] == "count-1"
+    assert [(s["journal"], s["lag"]) for s in doc["sources"]] == [("lines/part-0", 0)], doc
+
+
 @pytest.fixture
 def tls_etcd(gazette_binaries: Any, tmp_path: Path) -> Any:
     """An etcd on 127.0.0.1 serving TLS and asking clients for a certificate
