@@ -151,13 +151,13 @@ def _read_columns(args: argparse.Namespace) -> int:
     rows = 0
     with open_store(args) as store:
         try:
-            if args.selector and not store.list(args.selector):
-                # A typo in a label would else make an empty file, silently.
-                raise UsageError(f"no journal matches --selector {args.selector!r}")
             reader = cls(
                 store, args.name or None, selector=args.selector, schema=schema,
                 proto_class=args.proto, offset=args.offset, skip_corrupt=args.skip_corrupt,
             )
+            if not reader.specs:
+                # A typo in a label would else make an empty file, silently.
+                raise UsageError(f"no journal matches --selector {args.selector!r}")
             writer: Any = (
                 pq.ParquetWriter(tmp, reader.schema) if args.format == "parquet"
                 else pa.ipc.new_file(tmp, reader.schema)

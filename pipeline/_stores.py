@@ -103,8 +103,10 @@ def _client_options(options: Mapping[str, str]) -> tuple[tuple[str, float | bool
             seconds = float(text)
         except ValueError:
             seconds = -1.0
-        if not (seconds > 0 or (seconds == 0 and name == "retry_timeout")):
-            raise ValueError(f"the option {name} is a number of seconds above 0, not {text!r}")
+        zero_ok = name == "retry_timeout"  # 0: no retry
+        if not (seconds > 0 or (zero_ok and seconds == 0)):
+            what = "0 or more" if zero_ok else "above 0"
+            raise ValueError(f"the option {name} is a number of seconds {what}, not {text!r}")
         out.append((name, seconds))
     text = (options.get("direct_reads") or "").strip().lower()
     if text:

@@ -4,6 +4,7 @@ files of shard specs as ``consumer.read_spec_file`` reads them."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +32,36 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str, input: str | None = None, env: dict[str, str] | None = None,
-        timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        timeout: float = 60, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "exactly", *args], input=input,
-                          capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd,
                           env={**os.environ, **(env or {})})
+
+
+@contextlib.contextmanager
+def serving(args: list[str], *, cwd: Path, env: dict[str, str],
+            log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """An `exactly` process with ``args``, its output in ``log``; killed
+    (by PID) if still running when the block ends."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "exactly", *args], cwd=cwd, env=env,
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def wait_for(done: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path,
+             timeout: float = 60) -> None:
+    """Until ``done()``, while ``proc`` runs (its log is the failure's message)."""
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.2)
 
 
 # -- spec files ---------------------------------------------------------------------
@@ -178,27 +206,15 @@ def test_serve_claims_serves_and_gives_all_up_on_sigterm(
     env = {**os.environ, **etcd, "PYTHONPATH": str(ROOT),
            "EXACTLY_TEST_MEMBER": json.dumps(config)}
     log = tmp_path / "serve.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "exactly", "--root", str(root), "serve",
-             "tests.member_app:MemberApp", "--member-id", "solo", "--lease-ttl", "3"],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while log.read_text().count("committing") < 2:
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
+    with serving(["--root", str(root), "serve", "tests.member_app:MemberApp", "--member-id",
+                  "solo", "--lease-ttl", "3"], cwd=ROOT, env=env, log=log) as proc:
+        wait_for(lambda: log.read_text().count("committing") >= 2, proc, log)
         doc = json.loads(run("shards", "list", "--json", env=etcd).stdout)
         assert [(s["id"], s["member"]) for s in doc["shards"]] == [("s1", "solo"),
                                                                     ("s2", "solo")]
         assert [(m["id"], m["shards"], m["share"]) for m in doc["members"]] == [("solo", 2, 2)]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, log.read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     text = log.read_text()
     assert "claimed shard s1" in text and "claimed shard s2" in text
     assert "stopping (SIGTERM)" in text and "left" in text
@@ -257,28 +273,16 @@ def test_the_docs_serving_walkthrough_runs_as_written(
             except sqlite3.OperationalError:  # not made yet
                 return Counter()
 
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "exactly", "--root", root, "serve", "wordcount:WordCount",
-             "--lease-ttl", "3"], cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 60
-        while any(counts(shard) != want for shard, want in expected.items()):
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, (log.read_text(), counts("count-1"))
-            time.sleep(0.2)
+    with serving(["--root", root, "serve", "wordcount:WordCount", "--lease-ttl", "3"],
+                 cwd=tmp_path, env=env, log=log) as proc:
+        wait_for(lambda: all(counts(shard) == want for shard, want in expected.items()),
+                 proc, log)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, log.read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     for shard, want in expected.items():
         assert counts(shard) == want
-    shown = subprocess.run(
-        [sys.executable, "-m", "exactly", "shards", "show", "--store", "state/count-1.db",
-         "--root", "journals", "--json"], cwd=tmp_path, capture_output=True, text=True,
-        timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    shown = run("shards", "show", "--store", "state/count-1.db", "--root", "journals", "--json",
+                cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
     assert shown.returncode == 0, shown.stderr
     doc = json.loads(shown.stdout)
     assert doc["shard"] == "count-1"
