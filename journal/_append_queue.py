@@ -5,8 +5,10 @@ thread per journal takes everything queued (up to ``MAX_BATCH_BYTES``) and
 hands the batch to ``_write_batch``, which a client implements: the local
 store writes and fsyncs it under the journal's lock; the Gazette client
 sends it as one Append RPC. Many appends waiting at once thus cost one write,
-and the futures resolve in queue order once ``_write_batch`` says where each
-append landed.
+and the futures resolve in queue order once ``_write_batch`` says where the
+batch landed: the appends taken together form an ``AppendGroup``
+(journal/_future.py), which records each batch's outcome once and from
+which each future reads its own.
 
 The queue keeps appends in call order, never reorders a batch and never has
 two batches of one journal in flight, so appends land in call order.
@@ -20,12 +22,11 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from functools import partial
-from itertools import accumulate, islice, repeat
 from typing import Final, TypeVar
 
 from . import metrics
 from ._errors import JournalClosedError, JournalError
-from ._future import FUTURE, AppendFuture, new_future
+from ._future import AppendGroup
 from ._pending import NATIVE, Pending
 from ._spec import AppendResult
 
@@ -36,26 +37,10 @@ MAX_BATCH_BYTES: Final = 8 << 20
 IDLE_EXIT_SECONDS: Final = 5.0
 
 
-# AppendResult((journal, begin, end)) without the Python-level __new__ of a
-# NamedTuple: a batch's results are built by map() with no Python call each.
-_new_result: Final[Callable[[tuple[str, int, int]], AppendResult]] = partial(
-    tuple.__new__, AppendResult
-)
-
-
-def py_batch_results(journal: str, begin: int, data: list[bytes]) -> list[AppendResult]:
-    """The result of each append of ``data``, landed in order from ``begin``."""
-    bounds = list(accumulate(map(len, data), initial=begin))
-    # One item more in bounds than in data: zip stops at the shortest on purpose.
-    ends = islice(bounds, 1, None)
-    return list(map(_new_result, zip(repeat(journal), bounds, ends, strict=False)))
-
-
-#: ``py_batch_results``, natively where built (its results, like the
-#: futures they resolve, out of the cyclic garbage collector: see _future.py).
-batch_results: Callable[[str, int, list[bytes]], list[AppendResult]] = (
-    py_batch_results if NATIVE is None else partial(NATIVE.append_results, AppendResult)
-)
+#: What ``_write_batch`` says of a batch: the offset where its first append
+#: landed, how many of its appends landed (one after the other, in order),
+#: and the error that failed the others (None if none failed).
+BatchLanded = tuple[int, int, BaseException | None]
 
 
 #: A client's append(name, data).
@@ -103,7 +88,8 @@ class AppendQueue:
         self._lock = threading.Lock()
         self._wakeup = threading.Condition(self._lock)
         self._done = threading.Condition(self._lock)
-        self._pending = Pending(new_future, self._closed, self._start, self._wake)
+        self._pending = Pending(partial(AppendGroup, journal), self._closed, self._start,
+                                self._wake)
         # submit() is _pending's own, without a call in between (per append).
         self.submit = self._pending.submit  # type: ignore[method-assign]
         self._thread: threading.Thread | None = None
@@ -171,9 +157,10 @@ class AppendQueue:
 
     # For subclasses --------------------------------------------------------
 
-    def _write_batch(self, data: list[bytes]) -> tuple[list[AppendResult], BaseException | None]:
-        """Append ``data``'s appends in order: the results of those that
-        landed, and the error that failed the rest (None if none failed)."""
+    def _write_batch(self, data: list[bytes]) -> BatchLanded:
+        """Append ``data``'s appends in order: where the first landed, how
+        many landed, and the error that failed the rest (None if none
+        failed). See ``BatchLanded``."""
         raise NotImplementedError
 
     def _release_resources(self) -> None:
@@ -182,36 +169,35 @@ class AppendQueue:
     # The writer thread -----------------------------------------------------
 
     def _run(self) -> None:
-        # Appends taken from the queue, oldest first (their bytes and their
-        # futures); handled in batches of at most max_batch_bytes so that
-        # early futures resolve without waiting for a whole backlog. Taking
-        # the queue whole keeps submit() cheap.
+        # Appends taken from the queue, oldest first (their bytes, and the
+        # group of their futures); handled in batches of at most
+        # max_batch_bytes so that early futures resolve without waiting for
+        # a whole backlog. Taking the queue whole keeps submit() cheap.
         pending = self._pending
         data: list[bytes] = []
-        futures: list[AppendFuture[AppendResult]] = []
-        ends: list[int] | None = None
+        group: AppendGroup | None = None
         pos = 0
         done: _Batch | None = None  # a finished batch whose futures are not resolved yet
         batch: _Batch | None = None
         while True:
-            if pos == len(futures):
+            if group is None or pos == len(data):
                 if done is not None:
                     self._resolve(done)
                     done = None
-                # Hold no future of a resolved batch while idle.
+                # Hold nothing of a resolved batch while idle.
                 batch = None
-                data, futures = pending.take()
-                while not futures:
+                data, group = pending.take()
+                while group is None:
                     if not pending.stopping:
                         with self._lock:
                             if pending.begin_idle():
                                 notified = self._wakeup.wait(IDLE_EXIT_SECONDS)
                                 pending.end_idle()
                                 if notified:
-                                    data, futures = pending.take()
+                                    data, group = pending.take()
                                     continue
                             else:
-                                data, futures = pending.take()
+                                data, group = pending.take()
                                 continue
                     # Stopping, or idle for a while: release what is held,
                     # then exit unless appends came meanwhile (the next
@@ -219,22 +205,17 @@ class AppendQueue:
                     self._release_resources()
                     if pending.exit():
                         return
-                    data, futures = pending.take()
+                    data, group = pending.take()
                 pos = 0
-                # ends[i]: the size of data[: i + 1]; not needed (nor made,
-                # per append) when everything taken fits in one batch.
-                ends = (list(accumulate(map(len, data)))
-                        if sum(map(len, data)) > self._max_batch_bytes else None)
-            if ends is None:
-                end = len(futures)
+            ends = group.ends  # ends[i]: the size of data[: i + 1]
+            base = ends[pos - 1] if pos else 0
+            if ends[-1] - base <= self._max_batch_bytes:
+                end = len(data)
             else:
                 # As many appends as fit in max_batch_bytes, and at least one.
-                base = ends[pos - 1] if pos else 0
                 end = max(bisect_right(ends, base + self._max_batch_bytes, pos), pos + 1)
-            if pos == 0 and end == len(futures):
-                batch = self._begin(data, futures)
-            else:
-                batch = self._begin(data[pos:end], futures[pos:end])
+            batch = self._begin(group, pos, end,
+                                data if pos == 0 and end == len(data) else data[pos:end])
             if done is not None:
                 # The previous batch's futures are resolved while this one is
                 # in flight (when the subclass sends batches asynchronously).
@@ -251,23 +232,20 @@ class AppendQueue:
     #: flight. Batches are still sent one at a time, in order.
     _overlap = False
 
-    def _start_batch(
-        self, data: list[bytes]
-    ) -> Callable[[], tuple[list[AppendResult], BaseException | None]]:
+    def _start_batch(self, data: list[bytes]) -> Callable[[], BatchLanded]:
         """Begin appending ``data``; return what waits for the outcome (that
         of ``_write_batch``). By default the batch is written now."""
         outcome = self._write_batch(data)
         return lambda: outcome
 
-    def _begin(self, data: list[bytes], futures: list[AppendFuture[AppendResult]]) -> _Batch:
-        batch = _Batch(len(futures), self._taken + 1, None, futures)
-        self._taken += batch.count
+    def _begin(self, group: AppendGroup, lo: int, hi: int, data: list[bytes]) -> _Batch:
+        batch = _Batch(group, lo, hi, self._taken + 1)
+        self._taken += hi - lo
         # An append cancelled before its batch started is not written.
-        live = batch.live = FUTURE.start_all(futures)
+        live = batch.live = group.start(lo, hi)
         if live is not None:
             data = [data[i] for i in live]
-            batch.futures = [futures[i] for i in live]
-        if batch.futures:
+        if data:
             if metrics.enabled():
                 batch.started = time.perf_counter()
             batch.outcome = self._start_batch(data)
@@ -275,48 +253,51 @@ class AppendQueue:
 
     def _finish(self, batch: _Batch) -> None:
         if batch.outcome is not None:
-            batch.results, batch.error = batch.outcome()
+            batch.begin, batch.landed, batch.error = batch.outcome()
             batch.outcome = None
             if batch.started:  # metrics were on when it was sent
                 self._record(batch)
-        if batch.results and self._on_commit is not None:
+        if batch.landed and self._on_commit is not None:
             self._on_commit()  # Wake following readers first: the bytes are committed.
 
     def _record(self, batch: _Batch) -> None:
-        results = batch.results
-        landed = results[-1].end - results[0].begin if results else 0
-        metrics.record_batch(self.client_kind, self.journal, len(results), landed,
-                             time.perf_counter() - batch.started,
-                             len(batch.futures) - len(results))
+        group, live, lo = batch.group, batch.live, batch.lo
+        if live is None:
+            landed = group.size(lo, lo + batch.landed)
+        else:
+            landed = sum(group.size(lo + k, lo + k + 1) for k in live[: batch.landed])
+        written = batch.hi - lo if live is None else len(live)
+        metrics.record_batch(self.client_kind, self.journal, batch.landed, landed,
+                             time.perf_counter() - batch.started, written - batch.landed)
 
     def _resolve(self, batch: _Batch) -> None:
-        FUTURE.resolve_all(batch.futures, batch.results, batch.error)
+        live = batch.live
+        batch.group.resolve(batch.lo, batch.hi, live, batch.begin, batch.landed, batch.error)
         failures: list[tuple[int, BaseException]] = []
         if batch.error is not None:
-            live = batch.live
-            failed = range(len(batch.results), len(batch.futures))
+            written = batch.hi - batch.lo if live is None else len(live)
             failures = [(batch.first_seq + (i if live is None else live[i]), batch.error)
-                        for i in failed]
+                        for i in range(batch.landed, written)]
         with self._lock:
-            self._resolved += batch.count
+            self._resolved += batch.hi - batch.lo
             self._failures.extend(failures)
             self._done.notify_all()
 
 
 class _Batch:
-    """One batch of the queue: its futures, then its outcome."""
+    """One batch of the queue: appends ``lo`` to ``hi - 1`` of ``group``,
+    then its outcome."""
 
-    __slots__ = ("count", "error", "first_seq", "futures", "live", "outcome", "results",
-                 "started")
+    __slots__ = ("begin", "error", "first_seq", "group", "hi", "landed", "live", "lo",
+                 "outcome", "started")
 
-    def __init__(self, count: int, first_seq: int, live: list[int] | None,
-                 futures: list[AppendFuture[AppendResult]]) -> None:
-        self.count = count  # appends taken, cancelled ones included
+    def __init__(self, group: AppendGroup, lo: int, hi: int, first_seq: int) -> None:
+        self.group, self.lo, self.hi = group, lo, hi  # cancelled ones included
         self.first_seq = first_seq
-        self.live = live  # indices of the appends not cancelled, or None for all
-        self.futures = futures
-        self.outcome: Callable[[], tuple[list[AppendResult], BaseException | None]] | None = None
-        self.results: list[AppendResult] = []
+        self.live: list[int] | None = None  # places (from lo) of those not cancelled; None: all
+        self.outcome: Callable[[], BatchLanded] | None = None
+        self.begin = 0  # where the first landed
+        self.landed = 0  # how many landed
         self.error: BaseException | None = None
         self.started = 0.0  # perf_counter() when sent, with metrics on
 

@@ -1,45 +1,63 @@
-"""``AppendFuture``: a ``concurrent.futures.Future`` without a Condition until
-someone waits on it.
+"""Append futures: ``concurrent.futures.Future``s that cost next to nothing
+until someone looks at them, and ``AppendGroup``, which resolves them.
 
-A plain ``Future()`` builds a ``threading.Condition`` (an RLock and its
-bookkeeping) up front: measured, about half the cost of an append. Most
-append futures are never waited on one by one — callers flush, or resolve a
-batch and look at results later — so the Condition is made only when a
-method that needs it first runs, and a future resolved before that is
-resolved without one. The lists of waiters and callbacks are made with it:
-``Future`` and ``concurrent.futures.wait``/``as_completed`` add to them
-only while holding the Condition.
+Every append returns a future, and most are never looked at one by one:
+callers flush, or keep them to look at later. Two things keep them off the
+hot path.
 
-Everything that reads or waits goes through ``_condition``, exactly as in
-``Future``; ``_MAKE`` makes the lazy creation and the Condition-free
-resolution atomic with respect to each other, so a waiter either finds the
-future already finished or is notified through the Condition it created.
+**No Condition until someone waits.** A plain ``Future()`` builds a
+``threading.Condition`` (an RLock and its bookkeeping) up front: measured,
+about half the cost of an append. An ``AppendFuture`` makes it only when a
+method that needs it first runs. The lists of waiters and callbacks come
+with it: ``Future`` and ``concurrent.futures.wait``/``as_completed`` add to
+them only while holding the Condition.
 
-Until then, a future holds only its state and its result (an
-``AppendResult`` of a string and two integers), which can form no reference
-cycle: ``new_future`` makes it outside the cyclic garbage collector, and it
-goes back under it as soon as it gets a Condition (waiters, callbacks) or
-an exception (whose traceback may refer to it). Appends queued by the
-hundred thousand are thus not gone over by every collection: measured, the
-collector took half the CPU time of 100-byte appends to a Gazette cluster.
-(CPython does the same for its tuples and dicts of atomic values.) Set no
-other attribute on an append future: one that refers back to it would not
-be collected.
+**Resolved by their group, not one by one.** The appends that a journal's
+writer thread takes from its queue at once form an ``AppendGroup``, which
+knows where each of them ends (their sizes, given as they are queued) and
+records what became of each batch written: started, landed from an offset,
+or failed. An append future knows its group and its place in it, and reads
+its state, result and exception from there. The writer thread thus records
+one outcome per batch and touches none of the batch's futures: measured,
+starting and resolving each future and making each ``AppendResult`` took
+the writer threads about 1 µs of CPU time per append, holding the
+interpreter lock that the publishing thread then waited for.
+
+A future that gets its Condition (someone waits on it, adds a callback,
+cancels it) first *pins* what its group says of it into fields of its own;
+from then on it is a plain ``Future`` resolved through ``Future``'s own
+methods, and its group, which keeps such futures, starts and resolves it
+when its batch is written. ``_MAKE`` makes pinning atomic with respect to
+the group's records: a future is pinned either before its batch starts (or
+lands), and is then started (or resolved) through its Condition, or after,
+and then takes the outcome as it is.
+
+Until pinned, a future holds only its group and its place, which can form
+no reference cycle: the native core makes it outside the cyclic garbage
+collector, and it goes back under it when pinned (waiters, callbacks and
+exceptions may refer to it). Appends queued by the hundred thousand are
+thus not gone over by every collection: measured, the collector took half
+the CPU time of 100-byte appends to a Gazette cluster. (CPython does the
+same for its tuples and dicts of atomic values.)
 
 All this reads and writes ``Future``'s private fields. At import,
 ``LAYOUT_KNOWN`` checks that a ``Future`` keeps them as expected; where it
 does not (another Python), append futures are ``PlainAppendFuture``s, which
-go through ``Future``'s public methods alone.
+go through ``Future``'s public methods alone: their group keeps each of them
+and resolves it one by one.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, Final, Generic, TypeVar
 
 from ._pending import NATIVE
+from ._spec import AppendResult
 
 T = TypeVar("T")
 
@@ -56,25 +74,75 @@ FINISHED: Final = "FINISHED"
 
 _DONE = frozenset({CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED})
 
+#: What a group says of one of its appends: state, result, exception.
+Outcome = tuple[str, Any, BaseException | None]
+
 
 class AppendFuture(Future[T], Generic[T]):
-    """A Future whose Condition is created lazily (see the module docstring)."""
+    """A Future whose Condition is made lazily, and whose outcome is its
+    group's until then (see the module docstring)."""
 
-    # Class-level defaults until set: an append creates one future per call,
-    # and every attribute not stored is time saved on the hot path. The empty
-    # tuples stand for empty lists until the Condition comes with real ones
-    # (nothing adds to them without it); objects not made per future also
-    # leave the cyclic garbage collector less to do while appends queue up.
+    # _group and _index: the group that resolves it and its place there
+    # (None and 0: a future of no group). _st, _res and _exc: its own state,
+    # result and exception once pinned (_st None: not pinned, ask the group).
+    # The native core (journal/_native.c) makes a group's futures with these
+    # set, and reads them, where Python code would call the properties below.
+    __slots__ = ("_exc", "_group", "_index", "_res", "_st")
+
+    # Class-level defaults until set: every attribute not stored per future
+    # is time saved on the hot path. The empty tuples stand for empty lists
+    # until the Condition comes with real ones (nothing adds to them without
+    # it).
     _cond: threading.Condition | None = None
-    _state = PENDING
-    _result: Any = None
-    _exception: BaseException | None = None
     _waiters: list[Any] = ()  # type: ignore[assignment]
     _done_callbacks: list[Any] = ()  # type: ignore[assignment]
 
-    # No super().__init__(), which would build the Condition: object's own
-    # __init__ (C, nothing to do) instead of a Python one.
-    __init__ = object.__init__
+    _group: AppendGroup | None
+    _index: int
+    _st: str | None
+    _res: Any
+    _exc: BaseException | None
+
+    def __init__(self) -> None:
+        # A future of no group: its own fields from the start. (No
+        # super().__init__(), which would build the Condition.)
+        self._group, self._index = None, 0
+        self._st, self._res, self._exc = PENDING, None, None
+
+    def _outcome(self) -> Outcome:
+        st = self._st
+        if st is not None:
+            return st, self._res, self._exc
+        group = self._group
+        assert group is not None
+        return group.outcome_of(self._index)
+
+    # Future's own fields, as Future's methods read and write them.
+
+    @property
+    def _state(self) -> str:
+        st = self._st
+        return st if st is not None else self._outcome()[0]
+
+    @_state.setter
+    def _state(self, value: str) -> None:
+        self._st = value
+
+    @property
+    def _result(self) -> Any:
+        return self._res if self._st is not None else self._outcome()[1]
+
+    @_result.setter
+    def _result(self, value: Any) -> None:
+        self._res = value
+
+    @property
+    def _exception(self) -> BaseException | None:
+        return self._exc if self._st is not None else self._outcome()[2]
+
+    @_exception.setter
+    def _exception(self, value: BaseException | None) -> None:
+        self._exc = value
 
     @property
     def _condition(self) -> threading.Condition:  # type: ignore[override]
@@ -83,84 +151,47 @@ class AppendFuture(Future[T], Generic[T]):
             with _MAKE:
                 cond = self._cond
                 if cond is None:
+                    self._pin()
                     _track(self)  # Waiters and callbacks may refer to the future.
                     self._waiters = []
                     self._done_callbacks = []
                     cond = self._cond = threading.Condition()
         return cond
 
+    def _pin(self) -> None:
+        """(Holding ``_MAKE``.) Take over what the group says of this
+        future; if it is not done yet, the group resolves it later through
+        ``Future``'s methods."""
+        if self._st is not None:
+            return
+        group = self._group
+        assert group is not None
+        self._st, self._res, self._exc = group.outcome_of(self._index)
+        if self._st not in _DONE:
+            group.keep(self._index, self)
+
     def _resolve_fast(self, result: Any, exc: BaseException | None) -> bool:
         """Resolve without a Condition if none exists yet: True if done so."""
         with _MAKE:
             if self._cond is not None:
                 return False
-            if self._state not in (PENDING, RUNNING):
-                raise InvalidStateError(f"{self._state}: {self!r}")
+            state = self._state
+            if state not in (PENDING, RUNNING):
+                raise InvalidStateError(f"{state}: {self!r}")
             if exc is not None:
                 _track(self)  # An exception's traceback may refer to the future.
-            self._result, self._exception = result, exc
-            self._state = FINISHED
+            self._st, self._res, self._exc = FINISHED, result, exc
         # Nobody held the Condition, so no waiter was installed; callbacks
         # can only have been added through it too.
         return True
 
     def set_running_or_notify_cancel(self) -> bool:
         with _MAKE:
-            if self._cond is None and self._state == PENDING:
+            if self._cond is None and self._group is None and self._st == PENDING:
                 # Cancelling goes through the Condition: with none, nobody did.
-                self._state = RUNNING
+                self._st = RUNNING
                 return True
         return super().set_running_or_notify_cancel()
-
-    @staticmethod
-    def start_all(futures: list[AppendFuture[Any]]) -> list[int] | None:
-        """``set_running_or_notify_cancel()`` of each future, taking the
-        creation lock once for all those that have no Condition. Returns
-        None if every future is now running, else the indices of those that
-        are (the others were cancelled)."""
-        slow: list[int] = []
-        with _MAKE:
-            for i, f in enumerate(futures):
-                if f._cond is None and f._state == PENDING:
-                    f._state = RUNNING
-                else:
-                    slow.append(i)
-        if not slow:
-            return None
-        cancelled = {i for i in slow if not futures[i].set_running_or_notify_cancel()}
-        if not cancelled:
-            return None
-        return [i for i in range(len(futures)) if i not in cancelled]
-
-    @staticmethod
-    def resolve_all(
-        futures: list[AppendFuture[Any]], results: list[Any], error: BaseException | None
-    ) -> None:
-        """Set the result of each future to the item of ``results`` at its
-        position, and the exception of those past the end of ``results`` to
-        ``error``, taking the creation lock once for all those that have no
-        Condition."""
-        slow = []
-        failed: list[AppendFuture[Any]] = []
-        with _MAKE:
-            for f, result in zip(futures, results, strict=False):
-                if f._cond is None and f._state == RUNNING:
-                    f._result = result
-                    f._state = FINISHED
-                else:
-                    slow.append((f, result))
-            if error is not None:
-                for f in futures[len(results) :]:
-                    if f._cond is None and f._state == RUNNING:
-                        _track(f)
-                        f._exception = error
-                        f._state = FINISHED
-                    else:
-                        failed.append(f)
-        for f, result in slow:
-            f.set_result(result)
-        for f in failed:
-            f.set_exception(error)
 
     def done(self) -> bool:
         if self._cond is None:
@@ -170,8 +201,12 @@ class AppendFuture(Future[T], Generic[T]):
         return super().done()
 
     def exception(self, timeout: float | None = None) -> BaseException | None:
-        if self._cond is None and self._state == FINISHED:
-            return self._exception
+        if self._cond is None:
+            state, _, exc = self._outcome()
+            if state == FINISHED:
+                if exc is not None:
+                    _track(self)  # The caller may make the exception refer to it.
+                return exc
         return super().exception(timeout)
 
     def set_result(self, result: T) -> None:
@@ -188,20 +223,160 @@ class PlainAppendFuture(Future[T], Generic[T]):
     futures are where ``Future``'s private layout is not the one
     ``AppendFuture`` was written for (see ``LAYOUT_KNOWN``)."""
 
-    @staticmethod
-    def start_all(futures: list[Any]) -> list[int] | None:
-        """As ``AppendFuture.start_all``."""
-        live = [i for i, f in enumerate(futures) if f.set_running_or_notify_cancel()]
-        return None if len(live) == len(futures) else live
 
-    @staticmethod
-    def resolve_all(futures: list[Any], results: list[Any], error: BaseException | None) -> None:
-        """As ``AppendFuture.resolve_all``."""
-        for f, result in zip(futures, results, strict=False):
-            f.set_result(result)
-        if error is not None:
-            for f in futures[len(results):]:
-                f.set_exception(error)
+class AppendGroup:
+    """The appends a journal's writer thread takes from its queue at once,
+    and what became of each (see the module docstring).
+
+    ``add(size)``, as an append is queued, makes its future. The writer
+    thread writes the group in batches, in order: ``start(lo, hi)`` before
+    writing appends ``lo`` to ``hi - 1``, ``resolve(...)`` once they landed
+    or failed. ``outcome_of(i)`` is what append ``i``'s future reads.
+    """
+
+    __slots__ = ("_firsts", "_kept", "_outcomes", "_started", "ends", "failed_from", "journal",
+                 "resolved")
+
+    def __init__(self, journal: str) -> None:
+        self.journal = journal
+        #: ends[i]: the size of appends 0 to i together.
+        self.ends: list[int] = []
+        #: Appends before this one are done; the first that failed
+        #: (sys.maxsize while none has). The native ScanFutures reads both.
+        self.resolved = 0
+        self.failed_from = sys.maxsize
+        # Futures resolved through their Condition (pinned ones, and every
+        # future where they are PlainAppendFutures), by index.
+        self._kept: dict[int, Future[Any]] = {}
+        self._started = 0  # appends before this one are (or were) running
+        self._outcomes: list[_BatchOutcome] = []  # one per batch, in order
+        self._firsts: list[int] = []  # the first append of each batch
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def add(self, size: int) -> Future[AppendResult]:
+        """The future of a new append of ``size`` bytes, queued in this
+        group (the queue's lock held). journal/_native.c's Pending makes
+        ``AppendFuture``s natively the same way."""
+        ends = self.ends
+        index = len(ends)
+        ends.append(ends[-1] + size if ends else size)
+        if FUTURE is AppendFuture:
+            future: AppendFuture[AppendResult] = AppendFuture.__new__(AppendFuture)
+            future._group, future._index = self, index
+            future._st = future._res = future._exc = None
+            return future
+        plain: Future[AppendResult] = PlainAppendFuture()
+        self._kept[index] = plain
+        return plain
+
+    def keep(self, index: int, future: Future[Any]) -> None:
+        """(Holding ``_MAKE``.) Resolve ``future`` through its Condition."""
+        self._kept[index] = future
+
+    def size(self, lo: int, hi: int) -> int:
+        """The bytes of appends ``lo`` to ``hi - 1``."""
+        ends = self.ends
+        return (ends[hi - 1] if hi else 0) - (ends[lo - 1] if lo else 0)
+
+    def outcome_of(self, index: int) -> Outcome:
+        """What is known of append ``index``: state, result, exception."""
+        # resolved is set after the outcome is recorded: one read of it
+        # tells whether the outcome can be looked up.
+        if index < self.resolved:
+            batch = self._outcomes[bisect_right(self._firsts, index) - 1]
+            return batch.of(index, self)
+        return (RUNNING if index < self._started else PENDING), None, None
+
+    def start(self, lo: int, hi: int) -> list[int] | None:
+        """Appends ``lo`` to ``hi - 1`` are about to be written: running
+        from now on, except those cancelled before. Returns None if none
+        was, else the places (from ``lo``) of those to write."""
+        with _MAKE:
+            self._started = hi
+            kept = [(i, f) for i, f in self._kept.items() if lo <= i < hi]
+        cancelled = {i for i, f in kept if not _set_running(f)}
+        if not cancelled:
+            return None
+        return [i - lo for i in range(lo, hi) if i not in cancelled]
+
+    def resolve(self, lo: int, hi: int, live: list[int] | None, begin: int, landed: int,
+                error: BaseException | None) -> None:
+        """Appends ``lo`` to ``hi - 1`` were written (those at the places
+        ``live``, all if None): the first ``landed`` of them landed one after
+        the other from offset ``begin``, and the others failed with
+        ``error``."""
+        batch = _BatchOutcome(lo, live, begin, landed, error, self.ends)
+        written = hi - lo if live is None else len(live)
+        with _MAKE:
+            self._outcomes.append(batch)
+            self._firsts.append(lo)
+            if landed < written and self.failed_from == sys.maxsize:
+                self.failed_from = lo + (landed if live is None else live[landed])
+            self.resolved = hi
+            due = sorted(i for i in self._kept if i < hi)
+            kept = [(i, self._kept.pop(i)) for i in due]
+        for i, f in kept:
+            if f.cancelled():
+                continue
+            _, result, exc = batch.of(i, self)
+            try:
+                if exc is None:
+                    f.set_result(result)
+                else:
+                    f.set_exception(exc)
+            except InvalidStateError:
+                pass  # resolved by someone else meanwhile: theirs stands
+
+
+def _set_running(future: Future[Any]) -> bool:
+    """``set_running_or_notify_cancel()``, for a future that may run already
+    (someone called it): False if it was cancelled."""
+    try:
+        return future.set_running_or_notify_cancel()
+    except RuntimeError:  # running (or done) already
+        return not future.cancelled()
+
+
+class _BatchOutcome:
+    """What became of one batch of a group: its first append (``lo``), the
+    places of those written (``live``, None for all), where the first
+    landed (``begin``), how many landed, and the error of the others."""
+
+    __slots__ = ("begin", "error", "landed", "live", "lo", "offsets")
+
+    def __init__(self, lo: int, live: list[int] | None, begin: int, landed: int,
+                 error: BaseException | None, ends: list[int]) -> None:
+        self.lo, self.live, self.begin, self.landed, self.error = lo, live, begin, landed, error
+        # Where each written append begins from begin, where some were not
+        # written (cancelled): the others follow each other.
+        self.offsets: list[int] | None = None
+        if live is not None:
+            offsets, at = [], 0
+            for k in live:
+                offsets.append(at)
+                i = lo + k
+                at += ends[i] - (ends[i - 1] if i else 0)
+            self.offsets = offsets
+
+    def of(self, index: int, group: AppendGroup) -> Outcome:
+        ends = group.ends
+        k = index - self.lo
+        if self.live is None:
+            place = k
+        else:
+            place = bisect_left(self.live, k)
+            if place == len(self.live) or self.live[place] != k:
+                return CANCELLED, None, None  # not written: it was cancelled
+        if place >= self.landed:
+            return FINISHED, None, self.error
+        before = ends[index - 1] if index else 0
+        if self.offsets is None:
+            start = self.begin + before - (ends[self.lo - 1] if self.lo else 0)
+        else:
+            start = self.begin + self.offsets[place]
+        return FINISHED, AppendResult(group.journal, start, start + ends[index] - before), None
 
 
 def _layout_is_known() -> bool:
@@ -224,22 +399,20 @@ def _layout_is_known() -> bool:
 #: elsewhere append futures are ``PlainAppendFuture``s.
 LAYOUT_KNOWN: Final = _layout_is_known()
 
-#: The class of append futures: its ``start_all`` and ``resolve_all`` start
-#: and resolve a batch of them.
+#: The class of append futures.
 FUTURE: Final[type[AppendFuture[Any]] | type[PlainAppendFuture[Any]]] = (
     AppendFuture if LAYOUT_KNOWN else PlainAppendFuture
 )
 
 
 def _track_nothing(_future: object) -> None:
-    """Futures made by ``AppendFuture`` itself are never out of the collector."""
+    """Futures made in Python are never out of the collector."""
 
 
-#: ``new_future()`` is a new append future; an ``AppendFuture`` where the
-#: native core is built, one out of the cyclic garbage collector (see the
-#: module docstring), and ``_track`` puts it back under the collector.
-new_future: Callable[[], Future[Any]] = (
-    PlainAppendFuture if not LAYOUT_KNOWN
-    else AppendFuture if NATIVE is None else NATIVE.make_untracked(AppendFuture)
-)
+#: ``_track(future)`` puts a future made out of the cyclic garbage collector
+#: (natively, see the module docstring) back under it.
 _track: Callable[[object], None] = _track_nothing if NATIVE is None else NATIVE.track
+
+if NATIVE is not None and LAYOUT_KNOWN:
+    # The native Pending makes a group's futures as AppendGroup.add does.
+    NATIVE.configure_futures(AppendFuture)

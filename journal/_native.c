@@ -4,16 +4,19 @@
  * Pending: the appends queued for a journal's writer thread, as
  * journal/_pending.py's PyPending (the definition, whose docstring explains
  * the protocol). Every append of every journal client goes through
- * submit(): here it costs a future, a short lock and two list appends.
+ * submit(): here it costs a future, a short lock and two list appends. The
+ * future is made as AppendGroup.add of journal/_future.py makes it: an
+ * AppendFuture (its type and slots given once to configure_futures) that
+ * knows its group and its place there, and nothing else.
  *
  * The lock is held only for a few list operations, never while Python code
  * runs; a thread that finds it taken waits without the GIL.
  *
  * AppendRouter: a client's append() for the common case, straight to the
  * journal's queue (the client's own append method is the definition; see
- * journal/_append_queue.py). make_untracked, track and append_results keep
- * append futures and their results out of the cyclic garbage collector
- * until they could be part of a cycle (see journal/_future.py).
+ * journal/_append_queue.py). track puts an append future, made out of the
+ * cyclic garbage collector, back under it once it could be part of a cycle
+ * (see journal/_future.py).
  *
  * RecordingAppend and ScanFutures: PendingAppends' hot paths (the
  * definition is journal/_tracking.py): an append that keeps its future, and
@@ -27,6 +30,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
+#include <structmember.h>
 #include <limits.h>
 #include <stddef.h>
 #include <string.h>
@@ -47,16 +51,106 @@
 
 typedef struct {
     PyObject_HEAD
-    PyObject *future_type; /* future_type() -> a new future */
+    PyObject *new_group;   /* new_group() -> the AppendGroup of the appends to come */
     PyObject *closed;      /* closed() -> the exception to raise once stopping */
     PyObject *start;       /* start(): start the writer thread */
     PyObject *wake;        /* wake(): wake the idle writer thread */
     PyThread_type_lock lock;
     PyObject *data;        /* list: the appends' bytes */
-    PyObject *futures;     /* list: their futures, in step */
+    PyObject *group;       /* the AppendGroup that makes and resolves their futures */
+    PyObject *ends;        /* group.ends: where each append ends, in step with data */
+    long long total;       /* the bytes of the appends in data */
     long long taken;       /* appends taken by the writer thread so far */
     int stopping, idle, running;
 } Pending;
+
+/*
+ * The AppendFuture type of journal/_future.py and where its slots are
+ * (configure_futures): submit() makes a group's futures directly, as
+ * AppendGroup.add does, and ScanFutures reads them. Without it (a Python
+ * whose Future is not laid out as AppendFuture expects), submit() calls
+ * the group's add(), and ScanFutures goes through each future's methods.
+ */
+static PyTypeObject *future_type;
+static Py_ssize_t off_group, off_index, off_st, off_res, off_exc;
+
+#define SLOT(obj, off) (*(PyObject **)((char *)(obj) + (off)))
+
+static Py_ssize_t
+slot_offset(PyObject *type, const char *name)
+{
+    PyObject *d = PyObject_GetAttrString(type, name);
+    if (d == NULL) {
+        return -1;
+    }
+    Py_ssize_t off = -1;
+    if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
+        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
+        if (m->type == T_OBJECT_EX && !(m->flags & READONLY)) {
+            off = m->offset;
+        }
+    }
+    Py_DECREF(d);
+    if (off < 0) {
+        PyErr_Format(PyExc_TypeError, "configure_futures: %s is not a slot", name);
+    }
+    return off;
+}
+
+static PyObject *
+configure_futures(PyObject *Py_UNUSED(module), PyObject *type)
+{
+    if (!PyType_Check(type)) {
+        PyErr_SetString(PyExc_TypeError, "configure_futures(append_future_type)");
+        return NULL;
+    }
+    Py_ssize_t g = slot_offset(type, "_group"), i = slot_offset(type, "_index"),
+               st = slot_offset(type, "_st"), r = slot_offset(type, "_res"),
+               e = slot_offset(type, "_exc");
+    if (g < 0 || i < 0 || st < 0 || r < 0 || e < 0) {
+        return NULL;
+    }
+    Py_XSETREF(future_type, (PyTypeObject *)Py_NewRef(type));
+    off_group = g;
+    off_index = i;
+    off_st = st;
+    off_res = r;
+    off_exc = e;
+    Py_RETURN_NONE;
+}
+
+/* A new AppendFuture, out of the cyclic garbage collector, with no group
+ * yet (its slots set by pending_submit, under the queue's lock). */
+static PyObject *
+new_append_future(void)
+{
+    PyObject *f = future_type->tp_alloc(future_type, 0);
+    if (f == NULL) {
+        return NULL;
+    }
+    if (PyObject_GC_IsTracked(f)) {
+        PyObject_GC_UnTrack(f);
+    }
+    SLOT(f, off_st) = Py_NewRef(Py_None);
+    SLOT(f, off_res) = Py_NewRef(Py_None);
+    SLOT(f, off_exc) = Py_NewRef(Py_None);
+    return f;
+}
+
+static PyObject *str_ends, *str_add;
+
+/* The group's ends list (a new reference), checked. */
+static PyObject *
+group_ends(PyObject *group)
+{
+    PyObject *ends = PyObject_GetAttr(group, str_ends);
+    if (ends != NULL && !PyList_CheckExact(ends)) {
+        Py_DECREF(ends);
+        PyErr_SetString(PyExc_TypeError, "Pending: a group's ends must be a list");
+        return NULL;
+    }
+    return ends;
+}
 
 static void
 lock(Pending *q)
@@ -90,9 +184,9 @@ nap(void)
 static PyObject *
 pending_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"future_type", "closed", "start", "wake", NULL};
-    PyObject *future_type, *closed, *start, *wake;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO:Pending", kwlist, &future_type, &closed,
+    static char *kwlist[] = {"new_group", "closed", "start", "wake", NULL};
+    PyObject *new_group, *closed, *start, *wake;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOOO:Pending", kwlist, &new_group, &closed,
                                      &start, &wake)) {
         return NULL;
     }
@@ -100,14 +194,15 @@ pending_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     if (q == NULL) {
         return NULL;
     }
-    q->future_type = Py_NewRef(future_type);
+    q->new_group = Py_NewRef(new_group);
     q->closed = Py_NewRef(closed);
     q->start = Py_NewRef(start);
     q->wake = Py_NewRef(wake);
     q->lock = PyThread_allocate_lock();
     q->data = PyList_New(0);
-    q->futures = PyList_New(0);
-    if (q->lock == NULL || q->data == NULL || q->futures == NULL) {
+    q->group = PyObject_CallNoArgs(new_group);
+    q->ends = q->group ? group_ends(q->group) : NULL;
+    if (q->lock == NULL || q->data == NULL || q->ends == NULL) {
         Py_DECREF(q);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
@@ -117,24 +212,26 @@ pending_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static int
 pending_traverse(Pending *q, visitproc visit, void *arg)
 {
-    Py_VISIT(q->future_type);
+    Py_VISIT(q->new_group);
     Py_VISIT(q->closed);
     Py_VISIT(q->start);
     Py_VISIT(q->wake);
     Py_VISIT(q->data);
-    Py_VISIT(q->futures);
+    Py_VISIT(q->group);
+    Py_VISIT(q->ends);
     return 0;
 }
 
 static int
 pending_clear(Pending *q)
 {
-    Py_CLEAR(q->future_type);
+    Py_CLEAR(q->new_group);
     Py_CLEAR(q->closed);
     Py_CLEAR(q->start);
     Py_CLEAR(q->wake);
     Py_CLEAR(q->data);
-    Py_CLEAR(q->futures);
+    Py_CLEAR(q->group);
+    Py_CLEAR(q->ends);
     return 0;
 }
 
@@ -154,12 +251,20 @@ enum { START = 1, WAKE = 2 };
 static PyObject *
 pending_submit(Pending *q, PyObject *data)
 {
-    PyObject *future = PyObject_CallNoArgs(q->future_type);
-    if (future == NULL) {
+    Py_ssize_t size = PyBytes_Check(data) ? PyBytes_GET_SIZE(data) : PyObject_Size(data);
+    if (size < 0) {
         return NULL;
     }
+    /* Made before the lock is taken: allocating may run the collector. */
+    PyObject *future = NULL;
+    if (future_type != NULL) {
+        future = new_append_future();
+        if (future == NULL) {
+            return NULL;
+        }
+    }
     lock(q);
-    for (int waited = 0; PyList_GET_SIZE(q->futures) >= MAX_QUEUED && q->running
+    for (int waited = 0; PyList_GET_SIZE(q->data) >= MAX_QUEUED && q->running
                          && !q->stopping && waited < MAX_WAIT_US; waited += WAIT_STEP_US) {
         unlock(q);
         nap();
@@ -167,7 +272,7 @@ pending_submit(Pending *q, PyObject *data)
     }
     if (q->stopping) {
         unlock(q);
-        Py_DECREF(future);
+        Py_XDECREF(future);
         PyObject *exc = PyObject_CallNoArgs(q->closed);
         if (exc != NULL) {
             PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
@@ -175,18 +280,42 @@ pending_submit(Pending *q, PyObject *data)
         }
         return NULL;
     }
+    PyObject *ends = q->ends;
+    Py_ssize_t index = PyList_GET_SIZE(ends);
+    if (future != NULL) {
+        /* AppendGroup.add, natively. */
+        PyObject *idx = PyLong_FromSsize_t(index);
+        PyObject *end = idx != NULL ? PyLong_FromLongLong(q->total + size) : NULL;
+        if (end == NULL || PyList_Append(ends, end) < 0) {
+            unlock(q);
+            Py_XDECREF(end);
+            Py_XDECREF(idx);
+            Py_DECREF(future);
+            return NULL;
+        }
+        Py_DECREF(end);
+        SLOT(future, off_group) = Py_NewRef(q->group);
+        SLOT(future, off_index) = idx;
+    }
+    else {
+        /* The group makes the future: Python code run under the lock (no
+         * other append of this queue can come in between). */
+        PyObject *n = PyLong_FromSsize_t(size);
+        future = n != NULL ? PyObject_CallMethodOneArg(q->group, str_add, n) : NULL;
+        Py_XDECREF(n);
+        if (future == NULL) {
+            unlock(q);
+            return NULL;
+        }
+    }
     if (PyList_Append(q->data, data) < 0) {
+        /* Keep ends in step with data. */
+        PyList_SetSlice(ends, index, index + 1, NULL);
         unlock(q);
         Py_DECREF(future);
         return NULL;
     }
-    if (PyList_Append(q->futures, future) < 0) {
-        /* Keep the lists in step. */
-        PyList_SetSlice(q->data, PyList_GET_SIZE(q->data) - 1, PyList_GET_SIZE(q->data), NULL);
-        unlock(q);
-        Py_DECREF(future);
-        return NULL;
-    }
+    q->total += size;
     int action = 0;
     if (!q->running) {
         q->running = 1;
@@ -216,21 +345,37 @@ pending_submit(Pending *q, PyObject *data)
 static PyObject *
 pending_take(Pending *q, PyObject *Py_UNUSED(ignored))
 {
-    PyObject *data = PyList_New(0);
-    PyObject *futures = data ? PyList_New(0) : NULL;
-    if (futures == NULL) {
-        Py_XDECREF(data);
+    lock(q);
+    Py_ssize_t queued = PyList_GET_SIZE(q->data);
+    unlock(q);
+    if (queued == 0) {
+        /* Nothing queued: no new group. (Only the writer thread takes, so
+         * what was queued above is still there below.) */
+        PyObject *none = PyList_New(0);
+        PyObject *out = none != NULL ? PyTuple_Pack(2, none, Py_None) : NULL;
+        Py_XDECREF(none);
+        return out;
+    }
+    PyObject *group = PyObject_CallNoArgs(q->new_group);
+    PyObject *ends = group != NULL ? group_ends(group) : NULL;
+    PyObject *data = ends != NULL ? PyList_New(0) : NULL;
+    if (data == NULL) {
+        Py_XDECREF(ends);
+        Py_XDECREF(group);
         return NULL;
     }
     lock(q);
-    PyObject *old_data = q->data, *old_futures = q->futures;
+    PyObject *old_data = q->data, *old_group = q->group, *old_ends = q->ends;
     q->data = data;
-    q->futures = futures;
-    q->taken += PyList_GET_SIZE(old_futures);
+    q->group = group;
+    q->ends = ends;
+    q->total = 0;
+    q->taken += PyList_GET_SIZE(old_data);
     unlock(q);
-    PyObject *out = PyTuple_Pack(2, old_data, old_futures);
+    PyObject *out = PyTuple_Pack(2, old_data, old_group);
     Py_DECREF(old_data);
-    Py_DECREF(old_futures);
+    Py_DECREF(old_group);
+    Py_DECREF(old_ends);
     return out;
 }
 
@@ -238,7 +383,7 @@ static PyObject *
 pending_issued(Pending *q, PyObject *Py_UNUSED(ignored))
 {
     lock(q);
-    long long n = q->taken + PyList_GET_SIZE(q->futures);
+    long long n = q->taken + PyList_GET_SIZE(q->data);
     unlock(q);
     return PyLong_FromLongLong(n);
 }
@@ -247,7 +392,7 @@ static PyObject *
 pending_begin_idle(Pending *q, PyObject *Py_UNUSED(ignored))
 {
     lock(q);
-    int idle = PyList_GET_SIZE(q->futures) == 0 && !q->stopping;
+    int idle = PyList_GET_SIZE(q->data) == 0 && !q->stopping;
     if (idle) {
         q->idle = 1;
     }
@@ -268,7 +413,7 @@ static PyObject *
 pending_exit(Pending *q, PyObject *Py_UNUSED(ignored))
 {
     lock(q);
-    int exits = PyList_GET_SIZE(q->futures) == 0;
+    int exits = PyList_GET_SIZE(q->data) == 0;
     if (exits) {
         q->running = 0;
     }
@@ -299,9 +444,11 @@ pending_get_running(Pending *q, void *closure)
 
 static PyMethodDef pending_methods[] = {
     {"submit", (PyCFunction)pending_submit, METH_O,
-     "submit($self, data, /)\n--\n\nQueue one append: its new future."},
+     "submit($self, data, /)\n--\n\nQueue one append: its new future (made as the group's "
+     "add())."},
     {"take", (PyCFunction)pending_take, METH_NOARGS,
-     "take($self, /)\n--\n\nEverything queued, as (data, futures), oldest first."},
+     "take($self, /)\n--\n\nEverything queued, as (data, group), oldest first; ([], None) if "
+     "nothing is."},
     {"issued", (PyCFunction)pending_issued, METH_NOARGS,
      "issued($self, /)\n--\n\nAppends queued so far: taken, and waiting."},
     {"begin_idle", (PyCFunction)pending_begin_idle, METH_NOARGS,
@@ -324,7 +471,7 @@ static PyGetSetDef pending_getset[] = {
 static PyTypeObject PendingType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "journal._native.Pending",
-    .tp_doc = "Pending(future_type, closed, start, wake)\n--\n\n"
+    .tp_doc = "Pending(new_group, closed, start, wake)\n--\n\n"
               "The appends queued for a journal's writer thread (the native "
               "implementation of journal/_pending.py).",
     .tp_basicsize = sizeof(Pending),
@@ -455,35 +602,12 @@ static PyTypeObject RouterType = {
 };
 
 /*
- * Futures out of the cyclic garbage collector (see journal/_future.py).
- *
- * make_untracked(cls)() is cls() taken out of the collector's lists;
- * track(obj) puts an object back. CPython does the same for its own tuples
- * and dicts that hold only atomic values: an object that cannot be part of
- * a reference cycle need not be gone over by every collection.
+ * track(obj): put an object made out of the cyclic garbage collector (an
+ * append future, see journal/_future.py) back under it. CPython keeps its
+ * own tuples and dicts that hold only atomic values out likewise: an object
+ * that cannot be part of a reference cycle need not be gone over by every
+ * collection.
  */
-
-static PyObject *
-new_untracked(PyObject *cls, PyObject *Py_UNUSED(ignored))
-{
-    PyObject *obj = PyObject_CallNoArgs(cls);
-    if (obj != NULL && PyObject_IS_GC(obj) && PyObject_GC_IsTracked(obj)) {
-        PyObject_GC_UnTrack(obj);
-    }
-    return obj;
-}
-
-static PyMethodDef new_untracked_def = {
-    "new_untracked", (PyCFunction)new_untracked, METH_NOARGS,
-    "A new instance of the class, out of the cyclic garbage collector.",
-};
-
-static PyObject *
-make_untracked(PyObject *Py_UNUSED(module), PyObject *cls)
-{
-    return PyCFunction_New(&new_untracked_def, cls);
-}
-
 static PyObject *
 track(PyObject *Py_UNUSED(module), PyObject *obj)
 {
@@ -491,74 +615,6 @@ track(PyObject *Py_UNUSED(module), PyObject *obj)
         PyObject_GC_Track(obj);
     }
     Py_RETURN_NONE;
-}
-
-/*
- * append_results(cls, journal, begin, data): batch_results of
- * journal/_append_queue.py, the result of each append of data landed in
- * order from begin, as instances of cls (AppendResult, a tuple). Like the
- * futures they resolve, they are kept out of the cyclic garbage collector:
- * a string and two integers cannot form a cycle.
- */
-static PyObject *
-append_results(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "append_results(cls, journal, begin, data)");
-        return NULL;
-    }
-    PyObject *cls = args[0], *journal = args[1], *data = args[3];
-    if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type)) {
-        PyErr_SetString(PyExc_TypeError, "append_results: cls must be a tuple type");
-        return NULL;
-    }
-    if (!PyList_Check(data)) {
-        PyErr_SetString(PyExc_TypeError, "append_results: data must be a list");
-        return NULL;
-    }
-    long long offset = PyLong_AsLongLong(args[2]);
-    if (offset == -1 && PyErr_Occurred()) {
-        return NULL;
-    }
-    PyTypeObject *type = (PyTypeObject *)cls;
-    Py_ssize_t n = PyList_GET_SIZE(data);
-    PyObject *out = PyList_New(n);
-    PyObject *begin = out ? PyLong_FromLongLong(offset) : NULL;
-    if (begin == NULL) {
-        Py_XDECREF(out);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyList_GET_ITEM(data, i);
-        Py_ssize_t size = PyBytes_Check(item) ? PyBytes_GET_SIZE(item) : PyObject_Size(item);
-        if (size < 0) {
-            goto fail;
-        }
-        offset += size;
-        PyObject *end = PyLong_FromLongLong(offset);
-        if (end == NULL) {
-            goto fail;
-        }
-        PyObject *res = type->tp_alloc(type, 3);
-        if (res == NULL) {
-            Py_DECREF(end);
-            goto fail;
-        }
-        PyTuple_SET_ITEM(res, 0, Py_NewRef(journal));
-        PyTuple_SET_ITEM(res, 1, begin); /* This result's reference. */
-        PyTuple_SET_ITEM(res, 2, Py_NewRef(end));
-        if (PyObject_GC_IsTracked(res)) {
-            PyObject_GC_UnTrack(res);
-        }
-        PyList_SET_ITEM(out, i, res);
-        begin = end; /* The next result begins where this one ends. */
-    }
-    Py_DECREF(begin);
-    return out;
-fail:
-    Py_DECREF(begin);
-    Py_DECREF(out);
-    return NULL;
 }
 
 /*
@@ -672,9 +728,11 @@ static PyTypeObject RecordingType = {
  * ScanFutures(append_future_type): a callable, scan(futures) -> (error,
  * pending): the first failure among the done futures, in list order, and
  * the futures not done. py_scan_futures of journal/_tracking.py is the
- * definition. A future of append_future_type that has no Condition yet is
- * read from its fields (its states are set in one step each: see
- * journal/_future.py); any other through done() and exception(0).
+ * definition. An AppendFuture (configure_futures) is read from its slots:
+ * its own state once pinned, its group's record before (resolved: how many
+ * of the group's appends are done; failed_from: the first that failed,
+ * whose outcome is then asked for). Any other future, and a cancelled one,
+ * goes through done() and exception(0).
  */
 
 typedef struct {
@@ -683,8 +741,8 @@ typedef struct {
     vectorcallfunc vectorcall;
 } Scan;
 
-static PyObject *str_cond, *str_state, *str_exception, *str_exception_method, *str_done,
-    *str_finished, *str_pending, *str_running;
+static PyObject *str_exception_method, *str_done, *str_finished, *str_pending, *str_running,
+    *str_resolved, *str_failed_from, *str_outcome_of;
 
 /* 1: done (error set to a new reference of its failure, or NULL), 0: not
  * done, -1: a Python error. */
@@ -731,6 +789,103 @@ scan_generic(PyObject *f, PyObject **error)
     return 1;
 }
 
+/* What a group says of its appends, read once per group and scan. */
+typedef struct {
+    PyObject *group; /* borrowed, while the future holding it is */
+    Py_ssize_t resolved, failed_from;
+} GroupView;
+
+static int
+group_view(PyObject *group, GroupView *v)
+{
+    if (v->group == group) {
+        return 0;
+    }
+    PyObject *r = PyObject_GetAttr(group, str_resolved);
+    Py_ssize_t resolved = r != NULL ? PyLong_AsSsize_t(r) : -1;
+    Py_XDECREF(r);
+    if (resolved == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    PyObject *f = PyObject_GetAttr(group, str_failed_from);
+    Py_ssize_t failed_from = f != NULL ? PyLong_AsSsize_t(f) : -1;
+    Py_XDECREF(f);
+    if (failed_from == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    v->group = group;
+    v->resolved = resolved;
+    v->failed_from = failed_from;
+    return 0;
+}
+
+/* An AppendFuture read from its slots: as scan_generic, or -2 where it must
+ * go through its methods. */
+static int
+scan_append_future(PyObject *f, GroupView *view, PyObject **error)
+{
+    PyObject *st = SLOT(f, off_st);
+    if (st == NULL) {
+        return -2;
+    }
+    if (st != Py_None) {
+        /* Its own state: pinned, or a future of no group. States move
+         * forward, each set in one step: read without the Condition. */
+        int finished = PyObject_RichCompareBool(st, str_finished, Py_EQ);
+        if (finished < 0) {
+            return -1;
+        }
+        if (finished) {
+            PyObject *exc = SLOT(f, off_exc);
+            if (exc != NULL && exc != Py_None) {
+                *error = Py_NewRef(exc);
+            }
+            return 1;
+        }
+        int waiting = PyObject_RichCompareBool(st, str_pending, Py_EQ);
+        if (waiting == 0) {
+            waiting = PyObject_RichCompareBool(st, str_running, Py_EQ);
+        }
+        if (waiting < 0) {
+            return -1;
+        }
+        return waiting ? 0 : -2; /* cancelled: its failure is CancelledError */
+    }
+    PyObject *group = SLOT(f, off_group), *idx = SLOT(f, off_index);
+    if (group == NULL || idx == NULL || group == Py_None) {
+        return -2;
+    }
+    Py_ssize_t index = PyLong_AsSsize_t(idx);
+    if (index == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    if (group_view(group, view) < 0) {
+        return -1;
+    }
+    if (index >= view->resolved) {
+        return 0;
+    }
+    if (index >= view->failed_from) {
+        /* Maybe failed: its outcome says (state, result, exception). */
+        PyObject *outcome = PyObject_CallMethodOneArg(group, str_outcome_of, idx);
+        view->group = NULL; /* (Python code ran: read the group again) */
+        if (outcome == NULL) {
+            return -1;
+        }
+        if (!PyTuple_Check(outcome) || PyTuple_GET_SIZE(outcome) != 3) {
+            Py_DECREF(outcome);
+            PyErr_SetString(PyExc_TypeError, "outcome_of() must return a 3-tuple");
+            return -1;
+        }
+        PyObject *exc = PyTuple_GET_ITEM(outcome, 2);
+        if (exc != Py_None) {
+            *error = Py_NewRef(exc);
+        }
+        Py_DECREF(outcome);
+    }
+    return 1;
+}
+
 static PyObject *
 scan_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -744,53 +899,22 @@ scan_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *
     if (pending == NULL) {
         return NULL;
     }
+    int fast = future_type != NULL && s->type == (PyObject *)future_type;
+    GroupView view = {NULL, 0, 0};
     PyObject *first = NULL; /* the first failure: a new reference */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(futures); i++) {
         PyObject *f = PyList_GET_ITEM(futures, i);
         Py_INCREF(f);
         int done = -2;
         PyObject *failure = NULL;
-        if ((PyObject *)Py_TYPE(f) == s->type) {
-            PyObject *cond = PyObject_GetAttr(f, str_cond);
-            if (cond == NULL) {
+        if (fast && (PyObject *)Py_TYPE(f) == s->type) {
+            done = scan_append_future(f, &view, &failure);
+            if (done == -1) {
                 goto fail_f;
-            }
-            int fast = cond == Py_None;
-            Py_DECREF(cond);
-            if (fast) {
-                PyObject *state = PyObject_GetAttr(f, str_state);
-                if (state == NULL) {
-                    goto fail_f;
-                }
-                int finished = PyObject_RichCompareBool(state, str_finished, Py_EQ);
-                int waiting = finished == 0
-                    && (PyObject_RichCompareBool(state, str_pending, Py_EQ) == 1
-                        || PyObject_RichCompareBool(state, str_running, Py_EQ) == 1);
-                Py_DECREF(state);
-                if (finished < 0 || PyErr_Occurred()) {
-                    goto fail_f;
-                }
-                if (finished) {
-                    done = 1;
-                    if (first == NULL) {
-                        PyObject *exc = PyObject_GetAttr(f, str_exception);
-                        if (exc == NULL) {
-                            goto fail_f;
-                        }
-                        if (exc != Py_None) {
-                            failure = exc;
-                        }
-                        else {
-                            Py_DECREF(exc);
-                        }
-                    }
-                }
-                else if (waiting) {
-                    done = 0;
-                }
             }
         }
         if (done == -2) {
+            view.group = NULL; /* (Python code runs: read groups again) */
             done = scan_generic(f, &failure);
             if (done < 0) {
                 goto fail_f;
@@ -1204,12 +1328,9 @@ run_io(PyObject *Py_UNUSED(module), PyObject *arg)
 #endif
 
 static PyMethodDef module_methods[] = {
-    {"append_results", (PyCFunction)(void (*)(void))append_results, METH_FASTCALL,
-     "append_results(cls, journal, begin, data, /)\n--\n\nThe result of each append of data "
-     "landed in order from begin (see journal/_append_queue.py)."},
-    {"make_untracked", (PyCFunction)make_untracked, METH_O,
-     "make_untracked(cls, /)\n--\n\nA function making instances of cls out of the cyclic "
-     "garbage collector."},
+    {"configure_futures", (PyCFunction)configure_futures, METH_O,
+     "configure_futures(append_future_type, /)\n--\n\nMake the futures of Pending.submit as "
+     "AppendGroup.add does, and read them in ScanFutures (see journal/_future.py)."},
     {"track", (PyCFunction)track, METH_O,
      "track(obj, /)\n--\n\nPut obj (back) under the cyclic garbage collector."},
 #ifndef _WIN32
@@ -1236,17 +1357,19 @@ PyInit__native(void)
         return NULL;
     }
     str_submit = PyUnicode_InternFromString("submit");
-    str_cond = PyUnicode_InternFromString("_cond");
-    str_state = PyUnicode_InternFromString("_state");
-    str_exception = PyUnicode_InternFromString("_exception");
+    str_ends = PyUnicode_InternFromString("ends");
+    str_add = PyUnicode_InternFromString("add");
     str_exception_method = PyUnicode_InternFromString("exception");
     str_done = PyUnicode_InternFromString("done");
     str_finished = PyUnicode_InternFromString("FINISHED");
     str_pending = PyUnicode_InternFromString("PENDING");
     str_running = PyUnicode_InternFromString("RUNNING");
-    if (str_submit == NULL || str_cond == NULL || str_state == NULL || str_exception == NULL
-        || str_exception_method == NULL || str_done == NULL || str_finished == NULL || str_pending == NULL
-        || str_running == NULL) {
+    str_resolved = PyUnicode_InternFromString("resolved");
+    str_failed_from = PyUnicode_InternFromString("failed_from");
+    str_outcome_of = PyUnicode_InternFromString("outcome_of");
+    if (str_submit == NULL || str_ends == NULL || str_add == NULL || str_exception_method == NULL
+        || str_done == NULL || str_finished == NULL || str_pending == NULL || str_running == NULL
+        || str_resolved == NULL || str_failed_from == NULL || str_outcome_of == NULL) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&module_def);

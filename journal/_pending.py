@@ -6,10 +6,12 @@ type natively, and ``Pending`` is bound to it when it is built (unless
 ``EXACTLY_PURE_PYTHON`` is set). Nothing here waits: the writer thread waits
 on ``AppendQueue``'s condition, and ``Pending`` only says whether it may.
 
-- ``submit(data)``: a new future (of ``future_type``) queued with ``data``;
-  raises ``closed()`` once stopping. If no writer thread runs, ``start()``
+- ``submit(data)``: queue ``data``; its future is made by the current group
+  (``new_group()``, an ``AppendGroup`` of journal/_future.py: ``add(len(data))``).
+  Raises ``closed()`` once stopping. If no writer thread runs, ``start()``
   is called; if it is idle, ``wake()`` (both after the lock is released).
-- ``take()``: everything queued, as ``(data, futures)``, oldest first.
+- ``take()``: everything queued, as ``(data, group)``, oldest first, and a
+  new group for what comes next; ``([], None)`` if nothing is queued.
 - ``begin_idle()``: True (and the thread is idle) if nothing is queued;
   ``end_idle()`` when it wakes up.
 - ``exit()``: True if the thread may exit (nothing queued, or stopping):
@@ -46,40 +48,37 @@ class PyPending:
     """See the module docstring."""
 
     __slots__ = (
-        "_closed", "_data", "_future_type", "_futures", "_idle", "_lock", "_start", "_stopping",
+        "_closed", "_data", "_group", "_idle", "_lock", "_new_group", "_start", "_stopping",
         "_taken", "_wake", "running",
     )
 
     def __init__(
         self,
-        future_type: Callable[[], Any],
+        new_group: Callable[[], Any],
         closed: Callable[[], BaseException],
         start: Callable[[], None],
         wake: Callable[[], None],
     ) -> None:
-        self._future_type = future_type
+        self._new_group = new_group
         self._closed = closed
         self._start = start
         self._wake = wake
         self._lock = threading.Lock()
-        # Appends' bytes and their futures, in two lists kept in step (a
-        # pair per append would be one more object for the cyclic garbage
-        # collector to go over while appends queue up).
+        # Appends' bytes, and the group that makes and resolves their futures.
         self._data: list[bytes] = []
-        self._futures: list[Any] = []
+        self._group = new_group()
         self._taken = 0  # appends taken by the writer thread so far
         self._stopping = False
         self._idle = False
         self.running = False
 
     def submit(self, data: bytes) -> Any:
-        future = self._future_type()
         # acquire/release rather than `with`: half the cost, per append.
         lock = self._lock
         lock.acquire()
         try:
             waited = 0.0
-            while (len(self._futures) >= MAX_QUEUED and self.running and not self._stopping
+            while (len(self._data) >= MAX_QUEUED and self.running and not self._stopping
                    and waited < MAX_WAIT):
                 lock.release()
                 try:
@@ -89,8 +88,8 @@ class PyPending:
                     lock.acquire()
             if self._stopping:
                 raise self._closed()
+            future = self._group.add(len(data))
             self._data.append(data)
-            self._futures.append(future)
             action = 0
             if not self.running:
                 self.running = True
@@ -111,21 +110,25 @@ class PyPending:
             self._wake()
         return future
 
-    def take(self) -> tuple[list[bytes], list[Any]]:
+    def take(self) -> tuple[list[bytes], Any]:
         with self._lock:
-            data, futures = self._data, self._futures
-            self._data, self._futures = [], []
-            self._taken += len(futures)
-            return data, futures
+            if not self._data:
+                return [], None
+        group = self._new_group()  # (made without the lock, as natively)
+        with self._lock:
+            data, taken = self._data, self._group
+            self._data, self._group = [], group
+            self._taken += len(data)
+            return data, taken
 
     def issued(self) -> int:
         """Appends queued so far: taken, and waiting."""
         with self._lock:
-            return self._taken + len(self._futures)
+            return self._taken + len(self._data)
 
     def begin_idle(self) -> bool:
         with self._lock:
-            if self._futures or self._stopping:
+            if self._data or self._stopping:
                 return False
             self._idle = True
             return True
@@ -136,7 +139,7 @@ class PyPending:
 
     def exit(self) -> bool:
         with self._lock:
-            if self._futures:
+            if self._data:
                 return False
             self.running = False
             return True

@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Final, cast
 
 import grpc
 
-from .._append_queue import AppendQueue, batch_results
+from .._append_queue import AppendQueue, BatchLanded
 from .._errors import BrokerError, JournalError
-from .._spec import AppendResult
 from . import broker_pb2 as pb
 from .brokers import MAX_CHUNK, ROUTING_STATUSES, Brokers, Stub, status_error
 
@@ -46,9 +45,7 @@ class GazetteAppender(AppendQueue):
         super().__init__(journal, max_batch_bytes=max_batch_bytes)
         self._brokers = brokers
 
-    def _start_batch(
-        self, data: list[bytes]
-    ) -> Callable[[], tuple[list[AppendResult], BaseException | None]]:
+    def _start_batch(self, data: list[bytes]) -> Callable[[], BatchLanded]:
         journal = self.journal
         endpoint = self._brokers.pick(journal, primary=True)
         try:
@@ -60,7 +57,7 @@ class GazetteAppender(AppendQueue):
         except grpc.RpcError:
             return lambda: self._write_batch(data)
 
-        def outcome() -> tuple[list[AppendResult], BaseException | None]:
+        def outcome() -> BatchLanded:
             try:
                 resp = call.result()
             except grpc.RpcError:
@@ -74,7 +71,7 @@ class GazetteAppender(AppendQueue):
 
         return outcome
 
-    def _write_batch(self, data: list[bytes]) -> tuple[list[AppendResult], BaseException | None]:
+    def _write_batch(self, data: list[bytes]) -> BatchLanded:
         journal = self.journal
 
         def attempt(stub: Stub, endpoint: str) -> pb.Fragment | None:
@@ -91,25 +88,23 @@ class GazetteAppender(AppendQueue):
         try:
             commit = self._brokers.call(f"append to {journal!r}", journal, attempt, primary=True)
         except JournalError as err:
-            return [], err
+            return 0, 0, err
         except grpc.RpcError as err:  # A non-transient gRPC failure.
-            return [], BrokerError(
+            return 0, 0, BrokerError(
                 f"append to {journal!r} failed: {err}", status="UNKNOWN", journal=journal
             )
         return self._results(data, commit)
 
-    def _results(
-        self, data: list[bytes], commit: pb.Fragment
-    ) -> tuple[list[AppendResult], BaseException | None]:
+    def _results(self, data: list[bytes], commit: pb.Fragment) -> BatchLanded:
         journal = self.journal
         size = sum(map(len, data))
         if commit.end - commit.begin != size:
-            return [], BrokerError(
+            return 0, 0, BrokerError(
                 f"append to {journal!r}: the broker committed [{commit.begin}, {commit.end}),"
                 f" {commit.end - commit.begin} bytes, for an append of {size}",
                 status="OK", journal=journal,
             )
-        return batch_results(journal, commit.begin, data), None
+        return commit.begin, len(data), None
 
 
 def _requests(journal: str, data: list[bytes]) -> Iterator[bytes]:

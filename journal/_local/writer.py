@@ -37,9 +37,8 @@ from collections.abc import Callable
 from itertools import accumulate
 from typing import Final
 
-from .._append_queue import AppendQueue, batch_results
+from .._append_queue import AppendQueue, BatchLanded
 from .._errors import JournalError
-from .._spec import AppendResult
 from ..durable import fsync_dir, write_all
 from .files import (
     O_CLOEXEC,
@@ -109,35 +108,36 @@ class JournalWriter(AppendQueue):
     def _release_resources(self) -> None:
         self._close_files()
 
-    def _write_batch(self, data: list[bytes]) -> tuple[list[AppendResult], BaseException | None]:
-        """Write and commit ``data``'s appends in order: the results of those
-        committed, and the error that failed the rest (None if none failed)."""
-        out: list[AppendResult] = []
+    def _write_batch(self, data: list[bytes]) -> BatchLanded:
+        """Write and commit ``data``'s appends in order: where the first
+        landed, how many were committed, and the error that failed the rest
+        (None if none failed)."""
         try:
-            fast = self._write_current(data)
+            begin = self._write_current(data)
         except BaseException as err:  # Reported through every future of the batch.
             self._close_files()
-            return out, _wrap(self.jd.name, err)
-        if fast is not None:
-            return fast, None
+            return 0, 0, _wrap(self.jd.name, err)
+        if begin is not None:
+            return begin, len(data), None
         try:
             self._acquire()
         except BaseException as err:  # Reported through every future of the batch.
             self._close_files()
-            return out, _wrap(self.jd.name, err)
+            return 0, 0, _wrap(self.jd.name, err)
+        out = [0, 0]  # where the first landed, how many did
         try:
             room = self._fragment_size - self._committed()
             if room > 0 and sum(map(len, data)) <= room:
                 # All of it fits in the open fragment (the common case): the
                 # one commit that _commit_in_fragments makes of it.
-                out = self._commit(data)
+                out = [self._commit(data), len(data)]
             else:
                 self._commit_in_fragments(data, out)
         except BaseException as err:
             # The rest of the batch is not committed; the next batch starts
             # from a full recovery, which cuts whatever was half-written.
             self._close_files()
-            return out, _wrap(self.jd.name, err)
+            return out[0], out[1], _wrap(self.jd.name, err)
         try:
             # Seal eagerly so that a full fragment appears as a sealed file.
             if self._committed() >= self._fragment_size:
@@ -148,12 +148,12 @@ class JournalWriter(AppendQueue):
             self._close_files()
         finally:
             self._release()
-        return out, None
+        return out[0], out[1], None
 
-    def _write_current(self, data: list[bytes]) -> list[AppendResult] | None:
+    def _write_current(self, data: list[bytes]) -> int | None:
         """The batch in one run_io (see the module docstring), if this
         writer's view is open and the batch leaves the open fragment short
-        of ``fragment_size``: its results. None if that does not apply, or
+        of ``fragment_size``: where it landed. None if that does not apply, or
         if a check found the view stale (the files are then closed: the
         general way opens and recovers them)."""
         rec, area, log = self._rec, self._area, self._log
@@ -183,11 +183,11 @@ class JournalWriter(AppendQueue):
             self._close_files()  # A check did not hold (closing drops the lock).
             return None
         self._rec, self._area = new, area_with(area, new)
-        return batch_results(self.jd.name, rec.end, data)
+        return rec.end
 
-    def _commit_in_fragments(self, data: list[bytes], out: list[AppendResult]) -> None:
-        """Commit ``data`` in as many fragments as it takes, adding the
-        results to ``out`` as each commit lands."""
+    def _commit_in_fragments(self, data: list[bytes], out: list[int]) -> None:
+        """Commit ``data`` in as many fragments as it takes, counting in
+        ``out`` (where the first landed, how many did) as each commit lands."""
         ends = list(accumulate(map(len, data)))  # ends[i]: the size of data[: i + 1]
         i, n = 0, len(data)
         while i < n:
@@ -197,7 +197,10 @@ class JournalWriter(AppendQueue):
             # append: up to and including the append that reaches it.
             room = self._fragment_size - self._committed()
             j = min(bisect_left(ends, (ends[i - 1] if i else 0) + room, i) + 1, n)
-            out.extend(self._commit(data if i == 0 and j == n else data[i:j]))
+            begin = self._commit(data if i == 0 and j == n else data[i:j])
+            if i == 0:
+                out[0] = begin
+            out[1] = j
             i = j
 
     def _committed(self) -> int:
@@ -233,7 +236,8 @@ class JournalWriter(AppendQueue):
         if self._lock_fd is not None:
             fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
 
-    def _commit(self, chunk: list[bytes]) -> list[AppendResult]:
+    def _commit(self, chunk: list[bytes]) -> int:
+        """Commit ``chunk`` in the open fragment: where it landed."""
         rec = self._rec
         assert rec is not None and self._commit_fd is not None
         data = b"".join(chunk)
@@ -262,7 +266,7 @@ class JournalWriter(AppendQueue):
             area, self._area = self._area, None  # (unknown if the write fails)
             write_record(self._commit_fd, self._rec)
             self._area = None if area is None else area_with(area, self._rec)
-        return batch_results(self.jd.name, rec.end, chunk)
+        return rec.end
 
     def _settle_log(self) -> None:
         assert self._commit_fd is not None and self._rec is not None

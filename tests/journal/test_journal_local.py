@@ -16,6 +16,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
+from concurrent.futures import Future
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -843,18 +844,19 @@ _needs_native_journal = pytest.mark.skipif(
 def test_append_futures_stay_out_of_the_collector_until_they_could_form_a_cycle(
     store: LocalJournalStore,
 ) -> None:
-    """A resolved append future and its result are not tracked by the cyclic
-    GC; a callback or an exception puts the future back, so that a cycle
-    through it is still collected."""
+    """A resolved append future is not tracked by the cyclic GC; a
+    callback or an exception puts it back, so that a cycle through it is
+    still collected."""
     import gc
     import weakref
+    from functools import partial
 
     store.create("gc", NDJSON)
     f = store.append("gc", b"a\n")
     store.flush()
     assert f.done() and not gc.is_tracked(f)
     res = f.result()  # (waits through the Condition: tracked from here)
-    assert res == AppendResult("gc", 0, 2) and not gc.is_tracked(res)
+    assert res == AppendResult("gc", 0, 2)
     assert gc.is_tracked(f)
 
     # A cycle through a callback.
@@ -867,25 +869,28 @@ def test_append_futures_stay_out_of_the_collector_until_they_could_form_a_cycle(
     gc.collect()
     assert ref() is None
 
-    # A cycle through an exception, stored by a failed batch (resolve_all)
-    # or by set_exception, each without a Condition.
-    from journal._future import AppendFuture, new_future
+    # A cycle through an exception: of a failed batch, read from the
+    # future's group, or set by set_exception, each without a Condition.
+    from journal._future import AppendGroup
 
-    def failed(how: str) -> AppendFuture[int]:
-        e: AppendFuture[int] = new_future()
+    def failed(how: str) -> Future[AppendResult]:
+        pending = journal_pending.Pending(partial(AppendGroup, "gc"), RuntimeError,
+                                          lambda: None, lambda: None)
+        e = pending.submit(b"abc")
         assert not gc.is_tracked(e)
-        AppendFuture.start_all([e])
+        _, group = pending.take()
+        group.start(0, 1)
         if how == "batch":
-            AppendFuture.resolve_all([e], [], ValueError("boom"))
+            group.resolve(0, 1, None, 0, 0, ValueError("boom"))
         else:
             e.set_exception(ValueError("boom"))
         return e
 
     for how in ("batch", "set_exception"):
         e = failed(how)
-        assert gc.is_tracked(e)
         err = e.exception()
-        assert isinstance(err, ValueError) and e._cond is None
+        assert isinstance(err, ValueError) and e._cond is None  # type: ignore[attr-defined]
+        assert gc.is_tracked(e)
         err.future = e  # type: ignore[attr-defined]
         ref_e = weakref.ref(e)
         del e, err
@@ -893,23 +898,161 @@ def test_append_futures_stay_out_of_the_collector_until_they_could_form_a_cycle(
         assert ref_e() is None, how
 
 
-@pytest.mark.parametrize("begin", [0, 7, 2**40])
-def test_native_append_results_are_the_reference_ones(begin: int) -> None:
-    """append_results (native) builds exactly py_batch_results's list."""
-    import gc
+def test_futures_looked_at_while_their_batches_land_resolve_to_where_they_landed(
+    tmp_path: Path,
+) -> None:
+    """Threads append while others wait on, poll, cancel and add callbacks
+    to the futures as the writer thread resolves their batches: each future
+    ends once, with the offsets where its bytes are (or cancelled, its
+    bytes not written), whenever it was looked at."""
     import random
 
-    from journal import _append_queue
+    with LocalJournalStore(tmp_path / "root", fragment_size=64 << 10) as s:
+        s.create("j", NDJSON)
+        made: list[list[tuple[bytes, Future[AppendResult]]]] = [[] for _ in range(4)]
+        called: list[Future[AppendResult]] = []
+        errors: list[BaseException] = []
 
-    rng = random.Random(begin)
-    for n in (0, 1, 2, 100):
-        data = [bytes(rng.randrange(0, 300)) for _ in range(n)]
-        want = _append_queue.py_batch_results("j/x", begin, data)
-        got = _append_queue.batch_results("j/x", begin, data)
-        assert got == want
-        assert all(type(r) is AppendResult for r in got)
-        if _append_queue.NATIVE is not None:
-            assert not any(gc.is_tracked(r) for r in got)
+        def appender(k: int) -> None:
+            rng = random.Random(k)
+            try:
+                for i in range(1500):
+                    data = b'{"t": %d, "i": %d, "pad": "%s"}\n' % (k, i, b"x" * rng.randrange(40))
+                    f = s.append("j", data)
+                    made[k].append((data, f))
+                    look = rng.random()
+                    if look < 0.02:
+                        f.result(timeout=30)
+                    elif look < 0.04:
+                        f.add_done_callback(called.append)
+                    elif look < 0.06:
+                        f.cancel()
+                    elif look < 0.08:
+                        f.done()
+            except BaseException as exc:
+                errors.append(exc)
+
+        appended = threading.Event()
+
+        def poller() -> None:
+            rng = random.Random(99)
+            try:
+                while not appended.is_set():
+                    k = rng.randrange(4)
+                    if made[k]:
+                        _, f = made[k][rng.randrange(len(made[k]))]
+                        if rng.random() < 0.5:
+                            f.done()
+                        else:
+                            f.running()
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=appender, args=(k,)) for k in range(4)]
+        polling = threading.Thread(target=poller)
+        for t in [*threads, polling]:
+            t.start()
+        for t in threads:
+            t.join()
+        appended.set()
+        polling.join()
+        assert not errors
+        s.flush()
+        content = _read(s, "j")
+        landed = 0
+        for per_thread in made:
+            for data, f in per_thread:
+                assert f.done()
+                if f.cancelled():
+                    continue
+                res = f.result(0)
+                assert res.journal == "j" and content[res.begin:res.end] == data
+                landed += len(data)
+        assert landed == len(content)  # nothing written twice, nothing cancelled written
+        assert all(f.done() for f in called)
+
+
+@pytest.mark.parametrize("native", [False, True])
+@pytest.mark.parametrize("seed", range(6))
+def test_append_groups_resolve_each_future_as_its_batch_went(native: bool, seed: int) -> None:
+    """Futures read their outcome from their group: offsets where their
+    batch landed, in order; the batch's error past what landed; cancelled
+    ones are not written. Whether a future is looked at (pinned) before its
+    batch starts, while it runs, or after it resolved, it ends the same, and
+    scan_futures reads the same as the futures' own methods."""
+    import random
+    from concurrent.futures import CancelledError
+    from functools import partial
+
+    from journal._future import AppendGroup
+    from journal._tracking import py_scan_futures, scan_futures
+
+    if native and journal_pending.NATIVE is None:
+        pytest.skip("the native core is not in use here")
+    make = journal_pending.NATIVE.Pending if native else journal_pending.PyPending
+    rng = random.Random(seed)
+    pending = make(partial(AppendGroup, "j/x"), RuntimeError, lambda: None, lambda: None)
+    sizes = [rng.randrange(0, 50) for _ in range(rng.randrange(1, 60))]
+    futures = [pending.submit(bytes(n)) for n in sizes]
+    data, group = pending.take()
+    assert [len(d) for d in data] == sizes and len(group) == len(sizes)
+    assert pending.take() == ([], None)
+    # Some are looked at (pinned) before anything starts; some cancelled.
+    early = {i for i in range(len(sizes)) if rng.random() < 0.2}
+    for i in early:
+        assert not futures[i].running() and not futures[i].done()
+    cancelled = {i for i in early if rng.random() < 0.5 and futures[i].cancel()}
+    want: dict[int, tuple[AppendResult | None, str | None]] = {}
+    offset, lo = rng.randrange(0, 2**40), 0
+    while lo < len(sizes):
+        hi = rng.randrange(lo + 1, len(sizes) + 1)
+        live = group.start(lo, hi)
+        written = [i for i in range(lo, hi) if i not in cancelled]
+        assert (live is None) == (written == list(range(lo, hi)))
+        if live is not None:
+            assert [lo + k for k in live] == written
+        for i in written:
+            if rng.random() < 0.3:
+                assert futures[i].running()  # (pinned while running)
+        fails = rng.random() < 0.3
+        landed = rng.randrange(0, len(written) + 1) if fails else len(written)
+        error = ValueError(f"batch {lo}") if landed < len(written) else None
+        begin = offset
+        for place, i in enumerate(written):
+            if place < landed:
+                want[i] = (AppendResult("j/x", offset, offset + sizes[i]), None)
+                offset += sizes[i]
+            else:
+                want[i] = (None, f"batch {lo}")
+        if rng.random() < 0.5:  # some looked at while running
+            for i in range(lo, hi):
+                if rng.random() < 0.3:
+                    futures[i].add_done_callback(lambda _f: None)
+        group.resolve(lo, hi, live, begin, landed, error)
+        offset = begin + sum(sizes[i] for i in written[:landed]) + rng.randrange(0, 10)
+        lo = hi
+    for scan in (scan_futures, py_scan_futures):
+        first, not_done = scan(list(futures))
+        assert not_done == []
+        failures = [i for i in range(len(sizes)) if i in cancelled or want[i][1]]
+        if not failures:
+            assert first is None
+        elif failures[0] in cancelled:
+            assert isinstance(first, CancelledError)
+        else:
+            assert str(first) == want[failures[0]][1]
+    for i, f in enumerate(futures):
+        assert f.done()
+        if i in cancelled:
+            assert f.cancelled()
+            continue
+        result, error_text = want[i]
+        if error_text is None:
+            assert f.exception() is None and f.result(0) == result
+        else:
+            assert str(f.exception()) == error_text
+            with pytest.raises(ValueError):
+                f.result(0)
 
 
 def test_append_router_and_method_append_the_same(tmp_path: Path) -> None:
