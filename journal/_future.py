@@ -51,8 +51,9 @@ from __future__ import annotations
 
 import sys
 import threading
+from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, MutableSequence
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, Final, Generic, TypeVar
 
@@ -169,6 +170,7 @@ class AppendFuture(Future[T], Generic[T]):
         self._st, self._res, self._exc = group.outcome_of(self._index)
         if self._st not in _DONE:
             group.keep(self._index, self)
+        self._group = None  # its own from now on: it no longer keeps the group
 
     def _resolve_fast(self, result: Any, exc: BaseException | None) -> bool:
         """Resolve without a Condition if none exists yet: True if done so."""
@@ -239,8 +241,9 @@ class AppendGroup:
 
     def __init__(self, journal: str) -> None:
         self.journal = journal
-        #: ends[i]: the size of appends 0 to i together.
-        self.ends: list[int] = []
+        #: ends[i]: the size of appends 0 to i together (a list while
+        #: appends are added, an array once all are resolved).
+        self.ends: MutableSequence[int] = []
         #: Appends before this one are done; the first that failed
         #: (sys.maxsize while none has). The native ScanFutures reads both.
         self.resolved = 0
@@ -317,6 +320,10 @@ class AppendGroup:
             self.resolved = hi
             due = sorted(i for i in self._kept if i < hi)
             kept = [(i, self._kept.pop(i)) for i in due]
+            if hi == len(self.ends):
+                # All resolved: what futures still read, in 8 bytes an
+                # append (a future kept for long keeps its group).
+                self.ends = array("q", self.ends)
         for i, f in kept:
             if f.cancelled():
                 continue
@@ -347,7 +354,7 @@ class _BatchOutcome:
     __slots__ = ("begin", "error", "landed", "live", "lo", "offsets")
 
     def __init__(self, lo: int, live: list[int] | None, begin: int, landed: int,
-                 error: BaseException | None, ends: list[int]) -> None:
+                 error: BaseException | None, ends: MutableSequence[int]) -> None:
         self.lo, self.live, self.begin, self.landed, self.error = lo, live, begin, landed, error
         # Where each written append begins from begin, where some were not
         # written (cancelled): the others follow each other.
