@@ -53,7 +53,7 @@ import sys
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, MutableSequence
+from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, Final, Generic, TypeVar
 
@@ -241,9 +241,10 @@ class AppendGroup:
 
     def __init__(self, journal: str) -> None:
         self.journal = journal
-        #: ends[i]: the size of appends 0 to i together (a list while
-        #: appends are added, an array once all are resolved).
-        self.ends: MutableSequence[int] = []
+        #: ends[i]: the size of appends 0 to i together, 8 bytes each (a
+        #: future kept for long keeps its group). The native Pending keeps
+        #: them itself while the group is queued, and adds them at take().
+        self.ends = array("q")
         #: Appends before this one are done; the first that failed
         #: (sys.maxsize while none has). The native ScanFutures reads both.
         self.resolved = 0
@@ -261,7 +262,8 @@ class AppendGroup:
     def add(self, size: int) -> Future[AppendResult]:
         """The future of a new append of ``size`` bytes, queued in this
         group (the queue's lock held). journal/_native.c's Pending makes
-        ``AppendFuture``s natively the same way."""
+        ``AppendFuture``s natively the same way (and keeps their ends
+        until the group is taken)."""
         ends = self.ends
         index = len(ends)
         ends.append(ends[-1] + size if ends else size)
@@ -320,10 +322,6 @@ class AppendGroup:
             self.resolved = hi
             due = sorted(i for i in self._kept if i < hi)
             kept = [(i, self._kept.pop(i)) for i in due]
-            if hi == len(self.ends):
-                # All resolved: what futures still read, in 8 bytes an
-                # append (a future kept for long keeps its group).
-                self.ends = array("q", self.ends)
         for i, f in kept:
             if f.cancelled():
                 continue
@@ -354,7 +352,7 @@ class _BatchOutcome:
     __slots__ = ("begin", "error", "landed", "live", "lo", "offsets")
 
     def __init__(self, lo: int, live: list[int] | None, begin: int, landed: int,
-                 error: BaseException | None, ends: MutableSequence[int]) -> None:
+                 error: BaseException | None, ends: array[int]) -> None:
         self.lo, self.live, self.begin, self.landed, self.error = lo, live, begin, landed, error
         # Where each written append begins from begin, where some were not
         # written (cancelled): the others follow each other.

@@ -58,7 +58,9 @@ typedef struct {
     PyThread_type_lock lock;
     PyObject *data;        /* list: the appends' bytes */
     PyObject *group;       /* the AppendGroup that makes and resolves their futures */
-    PyObject *ends;        /* group.ends: where each append ends, in step with data */
+    long long *ends;       /* where each append of data ends (with configure_futures),
+                            * handed to group.ends at take() */
+    Py_ssize_t ends_cap;   /* room in ends */
     long long total;       /* the bytes of the appends in data */
     long long taken;       /* appends taken by the writer thread so far */
     int stopping, idle, running;
@@ -137,20 +139,7 @@ new_append_future(void)
     return f;
 }
 
-static PyObject *str_ends, *str_add;
-
-/* The group's ends list (a new reference), checked. */
-static PyObject *
-group_ends(PyObject *group)
-{
-    PyObject *ends = PyObject_GetAttr(group, str_ends);
-    if (ends != NULL && !PyList_CheckExact(ends)) {
-        Py_DECREF(ends);
-        PyErr_SetString(PyExc_TypeError, "Pending: a group's ends must be a list");
-        return NULL;
-    }
-    return ends;
-}
+static PyObject *str_ends, *str_add, *str_frombytes;
 
 static void
 lock(Pending *q)
@@ -201,8 +190,7 @@ pending_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     q->lock = PyThread_allocate_lock();
     q->data = PyList_New(0);
     q->group = PyObject_CallNoArgs(new_group);
-    q->ends = q->group ? group_ends(q->group) : NULL;
-    if (q->lock == NULL || q->data == NULL || q->ends == NULL) {
+    if (q->lock == NULL || q->data == NULL || q->group == NULL) {
         Py_DECREF(q);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
@@ -218,7 +206,6 @@ pending_traverse(Pending *q, visitproc visit, void *arg)
     Py_VISIT(q->wake);
     Py_VISIT(q->data);
     Py_VISIT(q->group);
-    Py_VISIT(q->ends);
     return 0;
 }
 
@@ -231,7 +218,6 @@ pending_clear(Pending *q)
     Py_CLEAR(q->wake);
     Py_CLEAR(q->data);
     Py_CLEAR(q->group);
-    Py_CLEAR(q->ends);
     return 0;
 }
 
@@ -243,10 +229,26 @@ pending_dealloc(Pending *q)
     if (q->lock != NULL) {
         PyThread_free_lock(q->lock);
     }
+    PyMem_Free(q->ends);
     Py_TYPE(q)->tp_free((PyObject *)q);
 }
 
 enum { START = 1, WAKE = 2 };
+
+/* Room for twice as many ends (the queue's lock held). */
+static int
+grow_ends(Pending *q)
+{
+    Py_ssize_t cap = q->ends_cap ? 2 * q->ends_cap : 1024;
+    long long *ends = PyMem_Realloc(q->ends, (size_t)cap * sizeof(long long));
+    if (ends == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    q->ends = ends;
+    q->ends_cap = cap;
+    return 0;
+}
 
 static PyObject *
 pending_submit(Pending *q, PyObject *data)
@@ -280,20 +282,17 @@ pending_submit(Pending *q, PyObject *data)
         }
         return NULL;
     }
-    PyObject *ends = q->ends;
-    Py_ssize_t index = PyList_GET_SIZE(ends);
+    Py_ssize_t index = PyList_GET_SIZE(q->data);
     if (future != NULL) {
-        /* AppendGroup.add, natively. */
+        /* AppendGroup.add, natively: the end goes to the group at take(). */
         PyObject *idx = PyLong_FromSsize_t(index);
-        PyObject *end = idx != NULL ? PyLong_FromLongLong(q->total + size) : NULL;
-        if (end == NULL || PyList_Append(ends, end) < 0) {
+        if (idx == NULL || (index == q->ends_cap && grow_ends(q) < 0)) {
             unlock(q);
-            Py_XDECREF(end);
             Py_XDECREF(idx);
             Py_DECREF(future);
             return NULL;
         }
-        Py_DECREF(end);
+        q->ends[index] = q->total + size;
         SLOT(future, off_group) = Py_NewRef(q->group);
         SLOT(future, off_index) = idx;
     }
@@ -309,8 +308,10 @@ pending_submit(Pending *q, PyObject *data)
         }
     }
     if (PyList_Append(q->data, data) < 0) {
-        /* Keep ends in step with data. */
-        PyList_SetSlice(ends, index, index + 1, NULL);
+        /* (Without the append, its end is not counted: ends stays in step
+         * with data. A group's add() cannot be undone: the group then
+         * holds the end of an append not queued, and offsets after it
+         * are off. A list append fails only out of memory.) */
         unlock(q);
         Py_DECREF(future);
         return NULL;
@@ -357,25 +358,45 @@ pending_take(Pending *q, PyObject *Py_UNUSED(ignored))
         return out;
     }
     PyObject *group = PyObject_CallNoArgs(q->new_group);
-    PyObject *ends = group != NULL ? group_ends(group) : NULL;
-    PyObject *data = ends != NULL ? PyList_New(0) : NULL;
+    PyObject *data = group != NULL ? PyList_New(0) : NULL;
     if (data == NULL) {
-        Py_XDECREF(ends);
         Py_XDECREF(group);
         return NULL;
     }
     lock(q);
-    PyObject *old_data = q->data, *old_group = q->group, *old_ends = q->ends;
+    PyObject *old_data = q->data, *old_group = q->group;
+    Py_ssize_t n = PyList_GET_SIZE(old_data);
+    /* The taken appends' ends, copied while the lock keeps them still. */
+    PyObject *ends = future_type != NULL
+        ? PyBytes_FromStringAndSize((const char *)q->ends, n * (Py_ssize_t)sizeof(long long))
+        : NULL;
+    if (future_type != NULL && ends == NULL) {
+        unlock(q);
+        Py_DECREF(data);
+        Py_DECREF(group);
+        return NULL;
+    }
     q->data = data;
     q->group = group;
-    q->ends = ends;
     q->total = 0;
-    q->taken += PyList_GET_SIZE(old_data);
+    q->taken += n;
     unlock(q);
-    PyObject *out = PyTuple_Pack(2, old_data, old_group);
+    PyObject *out = NULL;
+    if (ends != NULL) {
+        /* group.ends.frombytes(ends): the group's array of ends. */
+        PyObject *arr = PyObject_GetAttr(old_group, str_ends);
+        PyObject *res = arr != NULL ? PyObject_CallMethodOneArg(arr, str_frombytes, ends) : NULL;
+        Py_XDECREF(arr);
+        Py_DECREF(ends);
+        if (res == NULL) {
+            goto done;
+        }
+        Py_DECREF(res);
+    }
+    out = PyTuple_Pack(2, old_data, old_group);
+done:
     Py_DECREF(old_data);
     Py_DECREF(old_group);
-    Py_DECREF(old_ends);
     return out;
 }
 
@@ -1358,6 +1379,7 @@ PyInit__native(void)
     }
     str_submit = PyUnicode_InternFromString("submit");
     str_ends = PyUnicode_InternFromString("ends");
+    str_frombytes = PyUnicode_InternFromString("frombytes");
     str_add = PyUnicode_InternFromString("add");
     str_exception_method = PyUnicode_InternFromString("exception");
     str_done = PyUnicode_InternFromString("done");
@@ -1367,7 +1389,7 @@ PyInit__native(void)
     str_resolved = PyUnicode_InternFromString("resolved");
     str_failed_from = PyUnicode_InternFromString("failed_from");
     str_outcome_of = PyUnicode_InternFromString("outcome_of");
-    if (str_submit == NULL || str_ends == NULL || str_add == NULL || str_exception_method == NULL
+    if (str_submit == NULL || str_ends == NULL || str_frombytes == NULL || str_add == NULL || str_exception_method == NULL
         || str_done == NULL || str_finished == NULL || str_pending == NULL || str_running == NULL
         || str_resolved == NULL || str_failed_from == NULL || str_outcome_of == NULL) {
         return NULL;
