@@ -266,18 +266,16 @@ class AppendQueue:
             landed = group.size(lo, lo + batch.landed)
         else:
             landed = sum(group.size(lo + k, lo + k + 1) for k in live[: batch.landed])
-        written = batch.hi - lo if live is None else len(live)
         metrics.record_batch(self.client_kind, self.journal, batch.landed, landed,
-                             time.perf_counter() - batch.started, written - batch.landed)
+                             time.perf_counter() - batch.started, batch.written - batch.landed)
 
     def _resolve(self, batch: _Batch) -> None:
         live = batch.live
         batch.group.resolve(batch.lo, batch.hi, live, batch.begin, batch.landed, batch.error)
         failures: list[tuple[int, BaseException]] = []
         if batch.error is not None:
-            written = batch.hi - batch.lo if live is None else len(live)
             failures = [(batch.first_seq + (i if live is None else live[i]), batch.error)
-                        for i in range(batch.landed, written)]
+                        for i in range(batch.landed, batch.written)]
         with self._lock:
             self._resolved += batch.hi - batch.lo
             self._failures.extend(failures)
@@ -300,6 +298,11 @@ class _Batch:
         self.landed = 0  # how many landed
         self.error: BaseException | None = None
         self.started = 0.0  # perf_counter() when sent, with metrics on
+
+    @property
+    def written(self) -> int:
+        """How many appends were written (those not cancelled)."""
+        return self.hi - self.lo if self.live is None else len(self.live)
 
 
 def flush_queues(queues: Iterable[AppendQueue], timeout: float | None) -> None:

@@ -312,8 +312,8 @@ class AppendGroup:
         ``live``, all if None): the first ``landed`` of them landed one after
         the other from offset ``begin``, and the others failed with
         ``error``."""
-        batch = _BatchOutcome(lo, live, begin, landed, error, self.ends)
-        written = hi - lo if live is None else len(live)
+        batch = _BatchOutcome(lo, live, begin, landed, error, self)
+        written = hi - lo if live is None else len(live)  # (as _Batch.written)
         with _MAKE:
             self._outcomes.append(batch)
             self._firsts.append(lo)
@@ -352,7 +352,7 @@ class _BatchOutcome:
     __slots__ = ("begin", "error", "landed", "live", "lo", "offsets")
 
     def __init__(self, lo: int, live: list[int] | None, begin: int, landed: int,
-                 error: BaseException | None, ends: array[int]) -> None:
+                 error: BaseException | None, group: AppendGroup) -> None:
         self.lo, self.live, self.begin, self.landed, self.error = lo, live, begin, landed, error
         # Where each written append begins from begin, where some were not
         # written (cancelled): the others follow each other.
@@ -361,12 +361,10 @@ class _BatchOutcome:
             offsets, at = [], 0
             for k in live:
                 offsets.append(at)
-                i = lo + k
-                at += ends[i] - (ends[i - 1] if i else 0)
+                at += group.size(lo + k, lo + k + 1)
             self.offsets = offsets
 
     def of(self, index: int, group: AppendGroup) -> Outcome:
-        ends = group.ends
         k = index - self.lo
         if self.live is None:
             place = k
@@ -376,12 +374,12 @@ class _BatchOutcome:
                 return CANCELLED, None, None  # not written: it was cancelled
         if place >= self.landed:
             return FINISHED, None, self.error
-        before = ends[index - 1] if index else 0
         if self.offsets is None:
-            start = self.begin + before - (ends[self.lo - 1] if self.lo else 0)
+            start = self.begin + group.size(self.lo, index)
         else:
             start = self.begin + self.offsets[place]
-        return FINISHED, AppendResult(group.journal, start, start + ends[index] - before), None
+        end = start + group.size(index, index + 1)
+        return FINISHED, AppendResult(group.journal, start, end), None
 
 
 def _layout_is_known() -> bool:
