@@ -34,13 +34,13 @@ from ._options import (
     SPLIT_BYTES,
     _conform,
     _include_acks,
-    _positive_option,
     content_spec,
     uuid_path_option,
 )
 from ._recover import recover
 from ._scan import READ_COMMITTED, READ_UNCOMMITTED, read_journal
 from ._stores import StoreOptions, select_journals
+from ._values import given
 from ._write import (
     PublishedBatch,
     Target,
@@ -195,10 +195,10 @@ def _create_target_journal(options: Mapping[str, str]) -> None:
 
 
 def _replication(options: Mapping[str, str], where: StoreOptions) -> int | None:
-    if options.get("replication") is not None and where.broker is None:
+    if given(options, "replication") and where.broker is None:
         raise ValueError("the option replication is for journals a write creates on a Gazette"
                          " cluster (option broker); the embedded store keeps one copy")
-    return _positive_option(options, "replication", "a whole number of brokers, at least 1")
+    return where.replication
 
 
 _CONTENT_TYPES: Final = {

@@ -24,6 +24,7 @@ from message.arrow import (
 
 from ._content import proto_content_ddl
 from ._stores import StoreOptions, select_journals
+from ._values import bool_option, positive_option
 
 SPLIT_BYTES: Final = 64 << 20
 MAX_SPLITS: Final = 8
@@ -165,21 +166,6 @@ def uuid_path_option(options: Mapping[str, str]) -> tuple[str, ...]:
     return uuid_path_of(options.get("uuid_path", "/".join(DEFAULT_UUID_PATH)))
 
 
-def _positive_option(options: Mapping[str, str], name: str, what: str) -> int | None:
-    """Option ``name`` as a whole number of at least 1, or None if not given;
-    ``what`` says what it counts, in the error for any other value."""
-    value = options.get(name)
-    if value is None:
-        return None
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(f"{name} must be {what}, not {value!r}")
-    return n
-
-
 def _starting_time(options: Mapping[str, str]) -> float | None:
     """The option ``starting_time`` as seconds since the epoch (None if not given)."""
     text = options.get("starting_time")
@@ -201,14 +187,11 @@ def _starting_time(options: Mapping[str, str]) -> float | None:
 
 
 def _max_bytes_per_trigger(options: Mapping[str, str]) -> int | None:
-    return _positive_option(options, "max_bytes_per_trigger", "a positive number of bytes")
+    return positive_option(options, "max_bytes_per_trigger", "a positive number of bytes")
 
 
 def _include_acks(options: Mapping[str, str]) -> bool:
-    value = options.get("include_acks", "false").lower()
-    if value not in ("true", "false"):
-        raise ValueError(f"include_acks must be true or false, not {value!r}")
-    return value == "true"
+    return bool_option(options, "include_acks", False)
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

@@ -16,6 +16,8 @@ from typing import Any, Final
 
 from journal import GazetteClient, JournalSpec, JournalStore, LocalJournalStore
 
+from ._values import bool_option, given, positive_option, seconds_option
+
 #: Journals the pipeline keeps its own state in (intent logs, attempt records,
 #: streaming sinks' progress): under this prefix, in the same store as the
 #: data, so that the driver and every executor reach them. Reads by selector
@@ -64,8 +66,8 @@ class StoreOptions:
             # Absolute: executors resolve relative paths in their own working directory.
             return cls(root=os.path.abspath(root))
         security = tuple((k, options[k]) for k in SECURITY_OPTIONS if options.get(k))
-        text = (options.get("replication") or "").strip()
-        replication = int(text) if text.isdigit() and int(text) > 0 else None
+        replication = positive_option(options, "replication",
+                                      "a whole number of brokers, at least 1")
         return cls(broker=broker, file_root=options.get("file_root") or None, security=security,
                    replication=replication, client=_client_options(options))
 
@@ -96,23 +98,11 @@ class StoreOptions:
 def _client_options(options: Mapping[str, str]) -> tuple[tuple[str, float | bool], ...]:
     out: list[tuple[str, float | bool]] = []
     for name in SECONDS_OPTIONS:
-        text = (options.get(name) or "").strip()
-        if not text:
-            continue
-        try:
-            seconds = float(text)
-        except ValueError:
-            seconds = -1.0
-        zero_ok = name == "retry_timeout"  # 0: no retry
-        if not (seconds > 0 or (zero_ok and seconds == 0)):
-            what = "0 or more" if zero_ok else "above 0"
-            raise ValueError(f"the option {name} is a number of seconds {what}, not {text!r}")
-        out.append((name, seconds))
-    text = (options.get("direct_reads") or "").strip().lower()
-    if text:
-        if text not in ("true", "false"):
-            raise ValueError(f"the option direct_reads is true or false, not {text!r}")
-        out.append(("direct_reads", text == "true"))
+        seconds = seconds_option(options, name, zero_ok=name == "retry_timeout")  # 0: no retry
+        if seconds is not None:
+            out.append((name, seconds))
+    if given(options, "direct_reads"):
+        out.append(("direct_reads", bool_option(options, "direct_reads", True)))
     return tuple(out)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import doctest
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import message
+from tests.docblocks import code_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,8 +41,7 @@ def test_consumer_tour_doctests() -> None:
 
 def test_readme_python_example_runs(tmp_path: Path) -> None:
     """The README's Python example runs as written (in a scratch directory)."""
-    text = (ROOT / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    blocks = code_blocks("README.md")
     assert blocks
     for code in blocks:
         result = subprocess.run(
@@ -56,9 +55,7 @@ def test_operations_python_example_runs(tmp_path: Path) -> None:
     """docs/operations.md's metrics example runs as written (its Spark
     listener's lines go in a driver program, beside its session)."""
     pytest.importorskip("prometheus_client")
-    text = (ROOT / "docs" / "operations.md").read_text()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", text, re.S)
-              if "spark.streams" not in b]
+    blocks = [b for b in code_blocks("docs/operations.md") if "spark.streams" not in b]
     assert blocks
     for code in blocks:
         result = subprocess.run(
@@ -93,8 +90,7 @@ def test_spark_tests_skip_without_the_spark_extra(tmp_path: Path) -> None:
 def test_journal_store_python_examples_run(tmp_path: Path) -> None:
     """docs/journal-store.md's examples run as written, and again (each
     makes a store of its own)."""
-    text = (ROOT / "docs" / "journal-store.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    blocks = code_blocks("docs/journal-store.md")
     assert len(blocks) >= 3
     for _ in range(2):
         for code in blocks:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
+
+from tests.docblocks import code_blocks
 
 GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guide.md"
 
 
 def test_guide_blocks_run_in_order(capsys) -> None:
     """Every ```python block of the guide runs, and its assertions hold."""
-    blocks = re.findall(r"```python\n(.*?)```", GUIDE.read_text(), re.S)
+    blocks = code_blocks(GUIDE)
     assert len(blocks) >= 6
     namespace: dict[str, object] = {}
     for block in blocks:

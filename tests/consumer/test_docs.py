@@ -20,15 +20,15 @@ import pytest
 from consumer import Runner, ShardSpec
 from journal import LocalJournalStore
 from message import JsonDocument, Publisher, modulo_mapping
+from tests.docblocks import code_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _blocks() -> dict[str, str]:
     """The doc's Python blocks that name their file on their first line."""
-    text = (ROOT / "docs" / "consumer.md").read_text()
     out = {}
-    for block in re.findall(r"```python\n(.*?)```", text, re.S):
+    for block in code_blocks("docs/consumer.md"):
         first = block.splitlines()[0]
         if re.fullmatch(r"# \w+\.py", first):
             out[first[2:]] = block

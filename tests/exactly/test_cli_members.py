@@ -27,6 +27,7 @@ from consumer import (
     SpecFileError,
     read_spec_file,
 )
+from tests.docblocks import code_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -228,10 +229,7 @@ def test_serve_claims_serves_and_gives_all_up_on_sigterm(
 
 def _doc_block(lang: str, marker: str) -> str:
     """The one ``lang`` block of docs/consumer.md that holds ``marker``."""
-    import re
-
-    text = (ROOT / "docs" / "consumer.md").read_text()
-    blocks = [b for b in re.findall(rf"```{lang}\n(.*?)```", text, re.S) if marker in b]
+    blocks = [b for b in code_blocks("docs/consumer.md", lang) if marker in b]
     assert len(blocks) == 1, marker
     return blocks[0]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -26,6 +25,7 @@ from exactly.localcluster import (
     GoNotFoundError,
     build_go_program,
 )
+from tests.docblocks import code_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -289,8 +289,7 @@ def test_go_program_rebuilt_only_when_sources_change(gazette_binaries: Binaries,
 def test_docs_python_example_runs(gazette_binaries: Binaries, tmp_path: Path) -> None:
     """The Python example of docs/local-cluster.md runs as written, and leaves
     no process behind."""
-    text = (ROOT / "docs" / "local-cluster.md").read_text()
-    code, = re.findall(r"```python\n(.*?)```", text, re.S)[:1]
+    code, = code_blocks("docs/local-cluster.md")[:1]
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
                        text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr

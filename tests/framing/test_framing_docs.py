@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
+
+from tests.docblocks import code_blocks
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "framing.md"
 
 
 def test_framing_doc_examples_run() -> None:
     """Every ```python block of docs/framing.md runs, sharing one namespace."""
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    blocks = code_blocks(DOC)
     assert len(blocks) >= 4
     namespace: dict[str, object] = {"__name__": "framing_doc"}
     for i, code in enumerate(blocks):

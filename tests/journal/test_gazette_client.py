@@ -35,6 +35,7 @@ from message import (
     ReadUncommittedIter,
     modulo_mapping,
 )
+from tests.docblocks import ROOT, code_blocks
 
 pytestmark = pytest.mark.gazette
 
@@ -506,17 +507,15 @@ def test_failover_keeps_every_acknowledged_append(
 def test_gazette_doc_example_runs(gazette_cluster: Any, tmp_path: Path) -> None:
     """docs/gazette.md's program runs against the embedded store and the
     cluster (BROKER_ADDRESS), printing the same pages for both."""
-    import re
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parents[2]
-    blocks = re.findall(r"```python\n(.*?)```", (root / "docs" / "gazette.md").read_text(), re.S)
+    blocks = code_blocks("docs/gazette.md")
     assert blocks
     for code in blocks:
         r = subprocess.run(
             [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
-            env={**os.environ, "PYTHONPATH": str(root), "BROKER_ADDRESS": gazette_cluster.address},
+            env={**os.environ, "PYTHONPATH": str(ROOT), "BROKER_ADDRESS": gazette_cluster.address},
             timeout=120,
         )
         assert r.returncode == 0, r.stderr

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import doctest
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import journal
+from tests.docblocks import code_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,9 +22,7 @@ def test_journal_package_doctest() -> None:
 
 def test_journal_store_doc_examples_run(tmp_path: Path) -> None:
     """Every Python block of docs/journal-store.md runs as written (in a scratch directory)."""
-    blocks = re.findall(
-        r"```python\n(.*?)```", (ROOT / "docs" / "journal-store.md").read_text(), re.S
-    )
+    blocks = code_blocks("docs/journal-store.md")
     assert blocks
     for code in blocks:
         result = subprocess.run(

@@ -657,6 +657,14 @@ def test_store_options_reach_the_tasks_gazette_clients(tmp_path: Path) -> None:
     for bad, name in (({"connect_timeout": "soon"}, "connect_timeout"),
                       ({"retry_timeout": "-1"}, "retry_timeout"),
                       ({"auth_token_ttl": "0"}, "auth_token_ttl"),
-                      ({"direct_reads": "yes"}, "direct_reads")):
-        with pytest.raises(ValueError, match=f"the option {name} is"):
+                      ({"direct_reads": "yes"}, "direct_reads"),
+                      ({"replication": "0"}, "replication"),
+                      ({"replication": "two"}, "replication")):
+        with pytest.raises(ValueError, match=f"the option {name} must be .*, not '"):
             StoreOptions.of({"broker": broker, **bad})
+    # Blank texts are options not given; case and spaces do not matter.
+    blank = StoreOptions.of({"broker": broker, "connect_timeout": " ", "direct_reads": "",
+                             "replication": ""})
+    assert blank.client == () and blank.replication is None
+    given = StoreOptions.of({"broker": broker, "direct_reads": " False ", "replication": "2"})
+    assert given.client == (("direct_reads", False),) and given.replication == 2

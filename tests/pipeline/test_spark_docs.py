@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.docblocks import code_blocks
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "spark.md"
 
@@ -14,7 +15,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "spark.md"
 @pytest.mark.spark
 def test_spark_guide_examples_run(spark: Any, tmp_path: Path, monkeypatch: Any) -> None:
     """Every ```python block of docs/spark.md runs, sharing one namespace."""
-    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    blocks = code_blocks(DOC)
     assert len(blocks) >= 5
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {"__name__": "spark_guide"}

@@ -541,7 +541,7 @@ def test_a_cluster_that_never_answers_fails_within_the_connect_timeout_option(
 
     with pytest.raises(Exception, match=r"no Gazette broker answered .* within 0\.5 s"):
         read(connect_timeout="0.5", schema="page string")
-    with pytest.raises(Exception, match="the option connect_timeout is a number of seconds"):
+    with pytest.raises(Exception, match="the option connect_timeout must be a number of seconds"):
         read(connect_timeout="soon", schema="page string")
 
 
