@@ -43,7 +43,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Final
 
-from tests import test_journal_crash as crash
+from tests.journal import test_journal_crash as crash
 
 REPO: Final = str(Path(__file__).resolve().parent.parent)
 # Run as a module from the repository (not as a script: the script's own
