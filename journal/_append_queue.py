@@ -16,12 +16,15 @@ two batches of one journal in flight, so appends land in call order.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import threading
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from functools import partial
+from types import FrameType
 from typing import Final, TypeVar
 
 from . import metrics
@@ -108,11 +111,35 @@ class AppendQueue:
         return JournalClosedError(f"writer of {self.journal!r}")
 
     def _start(self) -> None:
-        """Start the writer thread (``_pending`` found none running)."""
-        self._thread = threading.Thread(
-            target=self._run, name=f"journal-writer:{self.journal}", daemon=True
-        )
-        self._thread.start()
+        """Start the writer thread (``_pending`` found none running). If it
+        cannot start (``RuntimeError: can't start new thread``), what is
+        queued fails with that error, as an append that could not be
+        written does: through its future and ``flush``. Nothing of it is
+        written later; the next append tries to start a thread again."""
+        while True:
+            thread = self._thread = threading.Thread(
+                target=self._run, name=f"journal-writer:{self.journal}", daemon=True
+            )
+            try:
+                thread.start()
+                return
+            except Exception as exc:
+                self._thread = None
+                error = JournalError(
+                    f"append to {self.journal!r} failed: its writer thread did not start: {exc}")
+                error.__cause__ = exc
+            # No writer thread runs: this thread stands in for one, to fail
+            # what is queued and to say that none runs.
+            data, group = self._pending.take()
+            if group is not None:
+                batch = _Batch(group, 0, len(data), self._taken + 1)
+                self._taken += len(data)
+                batch.live = group.start(0, len(data))
+                batch.error = error
+                self._resolve(batch)
+            if self._pending.exit():
+                return
+            # (Appends came meanwhile: try again for them.)
 
     def _wake(self) -> None:
         """Wake the idle writer thread (``_pending`` found it idle). The
@@ -254,6 +281,8 @@ class AppendQueue:
     def _finish(self, batch: _Batch) -> None:
         if batch.outcome is not None:
             batch.begin, batch.landed, batch.error = batch.outcome()
+            if batch.error is not None:
+                _forget_locals(batch.error)
             batch.outcome = None
             if batch.started:  # metrics were on when it was sent
                 self._record(batch)
@@ -280,6 +309,38 @@ class AppendQueue:
             self._resolved += batch.hi - batch.lo
             self._failures.extend(failures)
             self._done.notify_all()
+
+
+def _forget_locals(error: BaseException) -> None:
+    """Clear the local variables of the finished frames that ``error``'s
+    traceback (and those of its causes) leads to, and of the finished
+    frames that called them: the writer's frames there hold the failed
+    batch's bytes, and futures and ``flush`` keep the error for as long as
+    they like. Where it happened (files, lines) stays."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [error]
+    while todo:
+        exc = todo.pop()
+        if exc is None or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        tb = exc.__traceback__
+        while tb is not None:
+            frame: FrameType | None = tb.tb_frame
+            while frame is not None and id(frame) not in seen:
+                seen.add(id(frame))
+                # Not a generator's or coroutine's frame: clearing one would
+                # close it, and it may be suspended, not finished.
+                if not frame.f_code.co_flags & _SUSPENDABLE:
+                    with contextlib.suppress(RuntimeError):  # still running
+                        frame.clear()
+                frame = frame.f_back
+            tb = tb.tb_next
+        todo += (exc.__cause__, exc.__context__)
+
+
+_SUSPENDABLE: Final = (inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+                       | inspect.CO_ITERABLE_COROUTINE)
 
 
 class _Batch:

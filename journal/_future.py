@@ -35,10 +35,20 @@ and then takes the outcome as it is.
 Until pinned, a future holds only its group and its place, which can form
 no reference cycle: the native core makes it outside the cyclic garbage
 collector, and it goes back under it when pinned (waiters, callbacks and
-exceptions may refer to it). Appends queued by the hundred thousand are
-thus not gone over by every collection: measured, the collector took half
-the CPU time of 100-byte appends to a Gazette cluster. (CPython does the
-same for its tuples and dicts of atomic values.)
+exceptions may refer to it), or when anything is stored in its
+``__dict__``. Appends queued by the hundred thousand are thus not gone
+over by every collection: measured, the collector took half the CPU time
+of 100-byte appends to a Gazette cluster. (CPython does the same for its
+tuples and dicts of atomic values.)
+
+A future whose append failed is pinned as soon as its outcome is read,
+with its *own copy* of the batch's error (``own_error``): raising an error
+adds the raiser's frames to its traceback, and frames hold lists of
+futures. Were the group's error raised, it could then lead back to futures
+of the same group that nobody looked at, which the collector does not see,
+and the cycle through them would never be collected (a failed batch's
+group and bytes kept for as long as the process lives). A future's own
+copy leads back to that future alone, which is then under the collector.
 
 All this reads and writes ``Future``'s private fields. At import,
 ``LAYOUT_KNOWN`` checks that a ``Future`` keeps them as expected; where it
@@ -49,6 +59,7 @@ and resolves it one by one.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from array import array
@@ -63,6 +74,17 @@ from ._spec import AppendResult
 T = TypeVar("T")
 
 _MAKE = threading.Lock()
+
+
+def _make_lock_after_fork() -> None:
+    # A thread of the parent may have held it at the fork; the child has
+    # none of the parent's threads (its stores start afresh too).
+    global _MAKE
+    _MAKE = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_make_lock_after_fork)
 
 # The states of a Future, as concurrent.futures spells them (it does not
 # export them; tests/journal holds these to a Future's own).
@@ -116,7 +138,14 @@ class AppendFuture(Future[T], Generic[T]):
             return st, self._res, self._exc
         group = self._group
         assert group is not None
-        return group.outcome_of(self._index)
+        outcome = group.outcome_of(self._index)
+        if outcome[2] is None:
+            return outcome
+        # Failed: pinned with its own copy of the error (module docstring).
+        with _MAKE:
+            self._pin()
+        _track(self)
+        return self._st, self._res, self._exc  # type: ignore[return-value]
 
     # Future's own fields, as Future's methods read and write them.
 
@@ -167,8 +196,11 @@ class AppendFuture(Future[T], Generic[T]):
             return
         group = self._group
         assert group is not None
-        self._st, self._res, self._exc = group.outcome_of(self._index)
-        if self._st not in _DONE:
+        st, res, exc = group.outcome_of(self._index)
+        if exc is not None:
+            exc = own_error(exc)
+        self._st, self._res, self._exc = st, res, exc
+        if st not in _DONE:
             group.keep(self._index, self)
         self._group = None  # its own from now on: it no longer keeps the group
 
@@ -330,9 +362,30 @@ class AppendGroup:
                 if exc is None:
                     f.set_result(result)
                 else:
-                    f.set_exception(exc)
+                    f.set_exception(own_error(exc))
             except InvalidStateError:
                 pass  # resolved by someone else meanwhile: theirs stands
+
+
+def own_error(exc: BaseException) -> BaseException:
+    """A copy of ``exc`` for one future of a failed batch: the same type,
+    arguments and attributes, sharing its traceback, cause and context (see
+    the module docstring). ``exc`` itself where it cannot be copied."""
+    cls = type(exc)
+    try:
+        copy = cls.__new__(cls, *exc.args)  # (no __init__: the arguments may be another's)
+        attrs = getattr(exc, "__dict__", None)
+        if attrs:
+            copy.__dict__.update(attrs)
+            if isinstance(attrs.get("__notes__"), list):
+                copy.__notes__ = list(attrs["__notes__"])
+    except Exception:
+        return exc
+    copy.__traceback__ = exc.__traceback__
+    copy.__cause__ = exc.__cause__
+    copy.__context__ = exc.__context__
+    copy.__suppress_context__ = exc.__suppress_context__
+    return copy
 
 
 def _set_running(future: Future[Any]) -> bool:
@@ -412,10 +465,25 @@ def _track_nothing(_future: object) -> None:
     """Futures made in Python are never out of the collector."""
 
 
+#: What ``AppendFuture`` and ``Future`` store on an append future themselves
+#: (anything else stored on one puts it back under the collector).
+_OWN: Final = frozenset({"_exc", "_group", "_index", "_res", "_st", "_cond", "_waiters",
+                         "_done_callbacks", "_state", "_result", "_exception", "_condition"})
+
 #: ``_track(future)`` puts a future made out of the cyclic garbage collector
 #: (natively, see the module docstring) back under it.
 _track: Callable[[object], None] = _track_nothing if NATIVE is None else NATIVE.track
 
+
+def _setattr_tracking(self: AppendFuture[Any], name: str, value: Any) -> None:
+    """``AppendFuture.__setattr__`` where futures are made out of the
+    collector: anything a caller stores on one may refer back to it."""
+    object.__setattr__(self, name, value)
+    if name not in _OWN:
+        _track(self)
+
+
 if NATIVE is not None and LAYOUT_KNOWN:
     # The native Pending makes a group's futures as AppendGroup.add does.
     NATIVE.configure_futures(AppendFuture)
+    AppendFuture.__setattr__ = _setattr_tracking  # type: ignore[assignment]

@@ -751,9 +751,10 @@ static PyTypeObject RecordingType = {
  * the futures not done. py_scan_futures of journal/_tracking.py is the
  * definition. An AppendFuture (configure_futures) is read from its slots:
  * its own state once pinned, its group's record before (resolved: how many
- * of the group's appends are done; failed_from: the first that failed,
- * whose outcome is then asked for). Any other future, and a cancelled one,
- * goes through done() and exception(0).
+ * of the group's appends are done; failed_from: the first that failed).
+ * Any other future, a cancelled one, and one of a group's at or past its
+ * first failure (which reading pins, with its own copy of the error) goes
+ * through done() and exception(0).
  */
 
 typedef struct {
@@ -763,7 +764,7 @@ typedef struct {
 } Scan;
 
 static PyObject *str_exception_method, *str_done, *str_finished, *str_pending, *str_running,
-    *str_resolved, *str_failed_from, *str_outcome_of;
+    *str_resolved, *str_failed_from;
 
 /* 1: done (error set to a new reference of its failure, or NULL), 0: not
  * done, -1: a Python error. */
@@ -887,22 +888,9 @@ scan_append_future(PyObject *f, GroupView *view, PyObject **error)
         return 0;
     }
     if (index >= view->failed_from) {
-        /* Maybe failed: its outcome says (state, result, exception). */
-        PyObject *outcome = PyObject_CallMethodOneArg(group, str_outcome_of, idx);
-        view->group = NULL; /* (Python code ran: read the group again) */
-        if (outcome == NULL) {
-            return -1;
-        }
-        if (!PyTuple_Check(outcome) || PyTuple_GET_SIZE(outcome) != 3) {
-            Py_DECREF(outcome);
-            PyErr_SetString(PyExc_TypeError, "outcome_of() must return a 3-tuple");
-            return -1;
-        }
-        PyObject *exc = PyTuple_GET_ITEM(outcome, 2);
-        if (exc != Py_None) {
-            *error = Py_NewRef(exc);
-        }
-        Py_DECREF(outcome);
+        /* Maybe failed: through its methods, which pin a failed future
+         * with its own copy of the error (journal/_future.py). */
+        return -2;
     }
     return 1;
 }
@@ -1388,10 +1376,9 @@ PyInit__native(void)
     str_running = PyUnicode_InternFromString("RUNNING");
     str_resolved = PyUnicode_InternFromString("resolved");
     str_failed_from = PyUnicode_InternFromString("failed_from");
-    str_outcome_of = PyUnicode_InternFromString("outcome_of");
     if (str_submit == NULL || str_ends == NULL || str_frombytes == NULL || str_add == NULL || str_exception_method == NULL
         || str_done == NULL || str_finished == NULL || str_pending == NULL || str_running == NULL
-        || str_resolved == NULL || str_failed_from == NULL || str_outcome_of == NULL) {
+        || str_resolved == NULL || str_failed_from == NULL) {
         return NULL;
     }
     PyObject *m = PyModule_Create(&module_def);

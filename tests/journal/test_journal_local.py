@@ -898,6 +898,161 @@ def test_append_futures_stay_out_of_the_collector_until_they_could_form_a_cycle(
         assert ref_e() is None, how
 
 
+def _fail_commits(monkeypatch: pytest.MonkeyPatch, failing_now: dict[str, bool]) -> None:
+    """The embedded store's commits fail with EIO while ``failing_now["on"]``."""
+    import errno
+
+    def failing(write: Any) -> Any:
+        def failing_write(self: Any, data: list[bytes]) -> Any:
+            if failing_now["on"]:
+                raise OSError(errno.EIO, "injected I/O error")
+            return write(self, data)
+        return failing_write
+
+    for name in ("_write_current", "_commit"):  # (the fast way, and the general one)
+        original = getattr(writer.JournalWriter, name)
+        monkeypatch.setattr(writer.JournalWriter, name, failing(original))
+
+
+def _groups_alive() -> int:
+    import gc
+
+    from journal._future import AppendGroup
+
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o) is AppendGroup)
+
+
+def test_failed_batches_are_collected_however_their_errors_were_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed batch's error reaches its callers as each future's own copy
+    (same type, message, attributes and cause): raising it ties nothing to
+    the futures of the batch that nobody looked at. Rounds of failed
+    appends, their errors raised through result(), exception() and
+    PendingAppends.settle and kept in frames that hold every future, leave
+    no group and none of the batches' bytes behind; a future's attributes
+    form collectable cycles too."""
+    import gc
+    import tracemalloc
+    import weakref
+
+    from journal import JournalError, PendingAppends
+
+    failing = {"on": False}
+    _fail_commits(monkeypatch, failing)
+    with LocalJournalStore(tmp_path) as s:
+        s.create("a/b", NDJSON)
+        s.append("a/b", b"{}\n").result()
+        before = _groups_alive()
+        tracemalloc.start()
+        try:
+            base = tracemalloc.get_traced_memory()[0]
+            failing["on"] = True
+            kept: list[BaseException] = []
+
+            def round_of(how: str) -> None:
+                futures = [s.append("a/b", b'{"p":"' + b"x" * 20_000 + b'"}\n')
+                           for _ in range(50)]
+                pending = PendingAppends()
+                for f in futures:
+                    pending.add(f)
+                try:
+                    if how == "result":
+                        futures[-1].result()
+                    elif how == "settle":
+                        pending.settle()
+                    else:
+                        raise futures[len(futures) // 2].exception()  # type: ignore[misc]
+                except JournalError as exc:
+                    kept.append(exc)  # (its traceback holds this frame: futures)
+                with contextlib.suppress(JournalError):
+                    s.flush()
+
+            for how in ("result", "settle", "exception") * 4:
+                round_of(how)
+            errors = [e for e in kept if isinstance(e, JournalError)]
+            assert len(errors) == 12
+            assert all("injected I/O error" in str(e) for e in errors)
+            assert all(isinstance(e.__cause__, OSError) and e.__cause__.errno == 5
+                       for e in errors)
+            kept.clear()
+            del errors
+            assert _groups_alive() <= before + 1  # (the writer's current one)
+            held = tracemalloc.get_traced_memory()[0] - base
+            assert held < 2_000_000, f"{held} bytes still held after 12 failed rounds of 1 MB"
+
+            # One failed future kept does not keep its batch's bytes.
+            futures = [s.append("a/b", b'{"p":"' + b"y" * 20_000 + b'"}\n') for _ in range(50)]
+            one = futures[-1]
+            assert isinstance(one.exception(), JournalError)
+            with contextlib.suppress(JournalError):
+                s.flush()
+            del futures
+            gc.collect()
+            held = tracemalloc.get_traced_memory()[0] - base
+            assert held < 500_000, f"{held} bytes held by one failed future"
+            # Its error is its own, the same each time it is asked for.
+            assert one.exception() is one.exception()
+            del one
+        finally:
+            tracemalloc.stop()
+
+        # A cycle through an attribute stored on a future.
+        failing["on"] = False
+
+        class Request:
+            future: Any = None
+
+        refs = []
+        for _ in range(20):
+            f = s.append("a/b", b"{}\n")
+            req = Request()
+            req.future, f.request = f, req  # type: ignore[attr-defined]
+            refs.append(weakref.ref(req))
+        s.flush()
+        del f, req
+        gc.collect()
+        assert all(r() is None for r in refs)
+
+
+def test_an_append_whose_writer_thread_cannot_start_fails_and_is_never_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the writer thread cannot start (the OS refuses threads), the
+    append fails through its future and flush, as one that could not be
+    written does; it is not written later, and the next append starts a
+    thread and lands where the failed one would have."""
+    from journal import JournalError
+
+    refuse = {"n": 0}
+    start = threading.Thread.start
+
+    def refusing_start(self: threading.Thread) -> None:
+        if self.name.startswith("journal-writer") and refuse["n"]:
+            refuse["n"] -= 1
+            raise RuntimeError("can't start new thread")
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", refusing_start)
+    with LocalJournalStore(tmp_path) as s:
+        s.create("a/b", NDJSON)
+        refuse["n"] = 1
+        failed = s.append("a/b", b'{"n":1}\n')
+        error = failed.exception(timeout=10)
+        assert isinstance(error, JournalError)
+        assert "writer thread did not start: can't start new thread" in str(error)
+        with pytest.raises(JournalError, match="1 append\\(s\\) failed"):
+            s.flush()
+        landed = s.append("a/b", b'{"n":2}\n').result(timeout=10)
+        assert (landed.begin, landed.end) == (0, 8)
+        s.flush()
+        assert b"".join(s.read("a/b")) == b'{"n":2}\n'
+    # Closed cleanly, and the journal holds the one append that landed.
+    with LocalJournalStore(tmp_path) as again:
+        assert b"".join(again.read("a/b")) == b'{"n":2}\n'
+
+
 def test_futures_looked_at_while_their_batches_land_resolve_to_where_they_landed(
     tmp_path: Path,
 ) -> None:
