@@ -20,8 +20,9 @@ import contextlib
 import inspect
 import threading
 import time
+from array import array
 from bisect import bisect_right
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from functools import partial
 from types import FrameType
@@ -97,7 +98,9 @@ class AppendQueue:
         self.submit = self._pending.submit  # type: ignore[method-assign]
         self._thread: threading.Thread | None = None
         self._resolved = 0  # Appends resolved so far, in queue order.
-        self._failures: list[tuple[int, BaseException]] = []
+        # Failed appends not yet reported by a flush: their seqs (a range or
+        # an array, in order) and their error, a batch each.
+        self._failures: list[tuple[Sequence[int], BaseException]] = []
         self._taken = 0  # Appends handed to batches so far (writer thread only).
 
     # For the client ------------------------------------------------------
@@ -155,9 +158,10 @@ class AppendQueue:
 
     def wait(
         self, seq: int, deadline: float | None, clock: Callable[[], float]
-    ) -> list[BaseException]:
+    ) -> tuple[int, BaseException | None]:
         """Wait until appends up to ``seq`` are resolved; return (and forget)
-        the failures among them. Raises ``TimeoutError`` past ``deadline``."""
+        how many of them failed, and the first failure. Raises
+        ``TimeoutError`` past ``deadline``."""
         with self._lock:
             while self._resolved < seq:
                 remaining = None if deadline is None else deadline - clock()
@@ -167,9 +171,18 @@ class AppendQueue:
                         f" {seq - self._resolved} append(s) pending"
                     )
                 self._done.wait(remaining)
-            failed = [e for s, e in self._failures if s <= seq]
-            self._failures = [(s, e) for s, e in self._failures if s > seq]
-        return failed
+            count, first = 0, None
+            kept: list[tuple[Sequence[int], BaseException]] = []
+            for seqs, error in self._failures:
+                upto = bisect_right(seqs, seq)  # (the seqs of a batch's failures, in order)
+                if upto:
+                    count += upto
+                    if first is None:
+                        first = error
+                if upto < len(seqs):
+                    kept.append((seqs[upto:], error))
+            self._failures = kept
+        return count, first
 
     def stop(self) -> None:
         """Finish every queued append, then stop the thread and release resources."""
@@ -301,13 +314,17 @@ class AppendQueue:
     def _resolve(self, batch: _Batch) -> None:
         live = batch.live
         batch.group.resolve(batch.lo, batch.hi, live, batch.begin, batch.landed, batch.error)
-        failures: list[tuple[int, BaseException]] = []
-        if batch.error is not None:
-            failures = [(batch.first_seq + (i if live is None else live[i]), batch.error)
-                        for i in range(batch.landed, batch.written)]
+        error, failed = batch.error, None
+        if error is not None and batch.landed < batch.written:
+            # The seqs of those that failed: one range, or where some were
+            # cancelled, an array (one entry a batch, kept until a flush).
+            first = batch.first_seq
+            failed = (range(first + batch.landed, first + batch.written) if live is None
+                      else array("q", (first + k for k in live[batch.landed:])))
         with self._lock:
             self._resolved += batch.hi - batch.lo
-            self._failures.extend(failures)
+            if failed is not None and error is not None:
+                self._failures.append((failed, error))
             self._done.notify_all()
 
 
@@ -372,8 +389,11 @@ def flush_queues(queues: Iterable[AppendQueue], timeout: float | None) -> None:
     (chained to the first failure) if any of those appends failed."""
     deadline = None if timeout is None else time.monotonic() + timeout
     targets = [(q, q.issued) for q in queues]
-    failures: list[BaseException] = []
+    count, first = 0, None
     for q, seq in targets:
-        failures.extend(q.wait(seq, deadline, time.monotonic))
-    if failures:
-        raise JournalError(f"{len(failures)} append(s) failed: {failures[0]}") from failures[0]
+        failed, error = q.wait(seq, deadline, time.monotonic)
+        count += failed
+        if first is None:
+            first = error
+    if first is not None:
+        raise JournalError(f"{count} append(s) failed: {first}") from first
