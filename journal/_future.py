@@ -59,6 +59,7 @@ and resolves it one by one.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -72,6 +73,8 @@ from ._pending import NATIVE
 from ._spec import AppendResult
 
 T = TypeVar("T")
+
+LOG: Final = logging.getLogger("journal")
 
 _MAKE = threading.Lock()
 
@@ -365,6 +368,12 @@ class AppendGroup:
                     f.set_exception(own_error(exc))
             except InvalidStateError:
                 pass  # resolved by someone else meanwhile: theirs stands
+            except BaseException:
+                # A done-callback raised what Future lets through (it logs an
+                # Exception and goes on): SystemExit, say. Resolved already;
+                # the writer thread goes on with the others, and the journal.
+                LOG.exception("a done-callback of an append to %r raised; ignored",
+                              self.journal)
 
 
 def own_error(exc: BaseException) -> BaseException:

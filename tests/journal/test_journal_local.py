@@ -1053,6 +1053,36 @@ def test_an_append_whose_writer_thread_cannot_start_fails_and_is_never_written(
         assert b"".join(again.read("a/b")) == b'{"n":2}\n'
 
 
+def test_a_done_callback_that_raises_systemexit_does_not_stop_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Future logs an Exception raised by a done-callback and goes on, but
+    lets SystemExit through: on a writer thread it would end the thread
+    and leave the journal's later appends and flushes waiting for good.
+    It is logged, and the writer goes on."""
+    gate = threading.Event()
+    write_batch = writer.JournalWriter._write_batch
+
+    def gated(self: Any, data: list[bytes]) -> Any:
+        assert gate.wait(30)
+        return write_batch(self, data)
+
+    monkeypatch.setattr(writer.JournalWriter, "_write_batch", gated)
+    with LocalJournalStore(tmp_path) as s:
+        s.create("cb", NDJSON)
+        futures = [s.append("cb", b"%d\n" % i) for i in range(10)]
+        for f in futures[:5]:
+            f.add_done_callback(lambda _f: sys.exit(3))
+        calls: list[Any] = []
+        for f in futures[5:]:
+            f.add_done_callback(calls.append)
+        gate.set()
+        s.flush(timeout=30)
+        assert all(f.done() for f in futures) and calls == futures[5:]
+        assert s.append("cb", b"x\n").result(timeout=30).begin == 20
+        assert "a done-callback of an append to 'cb' raised" in caplog.text
+
+
 def test_futures_looked_at_while_their_batches_land_resolve_to_where_they_landed(
     tmp_path: Path,
 ) -> None:
