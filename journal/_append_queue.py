@@ -135,9 +135,7 @@ class AppendQueue:
             # what is queued and to say that none runs.
             data, group = self._pending.take()
             if group is not None:
-                batch = _Batch(group, 0, len(data), self._taken + 1)
-                self._taken += len(data)
-                batch.live = group.start(0, len(data))
+                batch = self._open(group, 0, len(data))
                 batch.error = error
                 self._resolve(batch)
             if self._pending.exit():
@@ -278,11 +276,18 @@ class AppendQueue:
         outcome = self._write_batch(data)
         return lambda: outcome
 
-    def _begin(self, group: AppendGroup, lo: int, hi: int, data: list[bytes]) -> _Batch:
+    def _open(self, group: AppendGroup, lo: int, hi: int) -> _Batch:
+        """The batch of appends ``lo`` to ``hi - 1`` of ``group``, started
+        (those cancelled before are left out: ``live``) and counted taken."""
         batch = _Batch(group, lo, hi, self._taken + 1)
         self._taken += hi - lo
+        batch.live = group.start(lo, hi)
+        return batch
+
+    def _begin(self, group: AppendGroup, lo: int, hi: int, data: list[bytes]) -> _Batch:
+        batch = self._open(group, lo, hi)
         # An append cancelled before its batch started is not written.
-        live = batch.live = group.start(lo, hi)
+        live = batch.live
         if live is not None:
             data = [data[i] for i in live]
         if data:

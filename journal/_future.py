@@ -147,7 +147,6 @@ class AppendFuture(Future[T], Generic[T]):
         # Failed: pinned with its own copy of the error (module docstring).
         with _MAKE:
             self._pin()
-        _track(self)
         return self._st, self._res, self._exc  # type: ignore[return-value]
 
     # Future's own fields, as Future's methods read and write them.
@@ -184,8 +183,7 @@ class AppendFuture(Future[T], Generic[T]):
             with _MAKE:
                 cond = self._cond
                 if cond is None:
-                    self._pin()
-                    _track(self)  # Waiters and callbacks may refer to the future.
+                    self._pin()  # (under the collector: waiters, callbacks)
                     self._waiters = []
                     self._done_callbacks = []
                     cond = self._cond = threading.Condition()
@@ -194,7 +192,10 @@ class AppendFuture(Future[T], Generic[T]):
     def _pin(self) -> None:
         """(Holding ``_MAKE``.) Take over what the group says of this
         future; if it is not done yet, the group resolves it later through
-        ``Future``'s methods."""
+        ``Future``'s methods. A pinned future is under the cyclic garbage
+        collector: what it holds now (an exception, waiters, callbacks) may
+        refer back to it."""
+        _track(self)
         if self._st is not None:
             return
         group = self._group
@@ -241,8 +242,8 @@ class AppendFuture(Future[T], Generic[T]):
         if self._cond is None:
             state, _, exc = self._outcome()
             if state == FINISHED:
-                if exc is not None:
-                    _track(self)  # The caller may make the exception refer to it.
+                # (A failed one is tracked: pinned by _outcome, or resolved
+                # by _resolve_fast.)
                 return exc
         return super().exception(timeout)
 
