@@ -605,6 +605,106 @@ def test_no_envelope_outlives_its_reader(committed: bool, monkeypatch: pytest.Mo
     assert envelopes() == before
 
 
+# -- a transaction's envelopes wait outside the garbage collector -------------
+
+PRODUCER = b"\x03\x02\x03\x04\x05\x06"
+
+
+def txn_line(n: int, flags: Flags, producer: bytes = PRODUCER) -> bytes:
+    u = build_uuid(producer, new_clock(1_700_000_000 * 10**9) + n, flags)
+    return orjson_line({"v": n, "_meta": {"uuid": str(u)}})
+
+
+class SelfRef(JsonDocument):
+    """A message in a reference cycle of its own, and weakly referable: a
+    leak of it would outlive gc.collect()."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.me = self
+
+
+@needs_c
+def test_a_transactions_messages_wait_outside_the_collector() -> None:
+    """While a transaction waits for its ACK, the native Sequencer keeps its
+    envelopes and messages out of the collector's lists (each collection
+    would walk them again); every envelope handed out is tracked again,
+    with its message."""
+    open_txn = [txn_line(n, Flags.CONTINUE_TXN) for n in range(1, 201)]
+    lines = [*open_txn, good_line(1), txn_line(201, Flags.ACK_TXN)]
+    client = journal_with(lines)
+
+    def tracked_docs() -> int:
+        return sum(type(o) is SelfRef for o in gc.get_objects())
+
+    with loops("c"):
+        it = ReadCommittedIter(client, J, lambda _s: SelfRef())
+        first = next(it)  # good_line(1): read after the 200 that wait
+        assert first.message["v"] == 1
+        assert tracked_docs() == 1  # its own: the 200 waiting are untracked
+        rest = list(it)
+        it.close()
+    assert [e.message["v"] for e in rest] == [*range(1, 202)]  # the ACK last
+    assert all(gc.is_tracked(e) and gc.is_tracked(e.message) for e in [first, *rest])
+    assert tracked_docs() == 202
+
+
+def _dead_after_reading(lines: list[bytes], buffer: int, stop_after: int | None = None
+                        ) -> tuple[int, int]:
+    """Reads ``lines`` committed (with a ring of ``buffer``) into SelfRef
+    messages, keeping none of them; returns how many were made and how
+    many are still alive after gc.collect()."""
+    import weakref
+
+    client = journal_with(lines)
+    refs: list[weakref.ref[SelfRef]] = []
+
+    def new(_spec: object) -> SelfRef:
+        doc = SelfRef()
+        refs.append(weakref.ref(doc))
+        return doc
+
+    with loops("c"):
+        seq = Sequencer(buffer=buffer)
+        it = ReadCommittedIter(client, J, new, seq)
+        for k, _env in enumerate(it):
+            if stop_after is not None and k + 1 >= stop_after:
+                break
+        it.close()
+        del it, seq, _env
+    # An iterator is freed by the collector (it is in a reference cycle):
+    # its Sequencer gives back what waited during that collection, and the
+    # next frees it.
+    gc.collect()
+    gc.collect()
+    return len(refs), sum(r() is not None for r in refs)
+
+
+@needs_c
+@pytest.mark.parametrize("buffer", [1, 3, 4096])
+def test_messages_that_waited_are_collected_on_every_path_out(buffer: int) -> None:
+    """Every way out of the ring gives an envelope back to the collector, so
+    that messages in reference cycles are freed: committed (wholly in the
+    ring, or replayed after leaving it), rolled back, dropped as
+    duplicates, superseded by a committed message, or still waiting when
+    the reader closes."""
+    other = b"\x05\x02\x03\x04\x05\x06"
+    c, a, o = Flags.CONTINUE_TXN, Flags.ACK_TXN, Flags.OUTSIDE_TXN
+    lines = (
+        [txn_line(n, c) for n in range(1, 6)] + [txn_line(5, a)]            # committed
+        + [txn_line(n, c) for n in range(6, 9)] + [txn_line(5, a)]          # rolled back
+        + [txn_line(n, c) for n in range(9, 12)] + [txn_line(9, c)]         # a duplicate,
+        + [txn_line(12, o)]                                                 # then superseded
+        + [txn_line(n, c, other) for n in range(1, 7)]                      # another producer's,
+        + [good_line(2)] + [txn_line(7, c, other)]                          # open at the end
+    )
+    made, alive = _dead_after_reading(lines, buffer)
+    assert made >= len(lines)
+    assert alive == 0
+    made, alive = _dead_after_reading(lines, buffer, stop_after=3)  # closed mid-way
+    assert alive == 0
+
+
 # -- how the native core is found -------------------------------------------
 
 
