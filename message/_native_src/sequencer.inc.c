@@ -62,9 +62,12 @@ typedef struct {
     Py_ssize_t npartials, pcap;
     int32_t *slots;
     size_t nslots; /* a power of 2, at least twice npartials */
-    /* Committed envelopes ready to dequeue: out[out_pos:out_n], with clocks. */
+    /* Committed envelopes ready to dequeue: out[out_pos:out_n], with clocks,
+     * and the messages of those still out of the garbage collector's lists
+     * (out_held: see entries_append), else NULL. */
     PyObject **out;
     uint64_t *out_clock;
+    PyObject **out_held;
     Py_ssize_t out_n, out_pos, out_cap;
     Replay replay;
     /* The sequence being dequeued: its partial (-1: a message with no
@@ -125,19 +128,28 @@ reindex(Sequencer *s)
     return 0;
 }
 
-/* Give an entry's envelope and message back to the cyclic garbage
- * collector (see entries_append): before they leave the ring in any way. */
+/* Give an envelope and its message, held out of the cyclic garbage
+ * collector's lists (see entries_append), back to it; releases `held`. */
+static inline void
+give_back(PyObject *env, PyObject *held)
+{
+    if (!PyObject_GC_IsTracked(env)) {
+        PyObject_GC_Track(env);
+    }
+    if (!PyObject_GC_IsTracked(held)) {
+        PyObject_GC_Track(held);
+    }
+    Py_DECREF(held);
+}
+
+/* Give an entry's envelope back, if it is held: before it leaves the ring
+ * in any way but to be handed out by seq_next (which gives it back then). */
 static inline void
 entry_retrack(Entry *e)
 {
     if (e->held != NULL) {
-        if (!PyObject_GC_IsTracked(e->env)) {
-            PyObject_GC_Track(e->env);
-        }
-        if (!PyObject_GC_IsTracked(e->held)) {
-            PyObject_GC_Track(e->held);
-        }
-        Py_CLEAR(e->held);
+        give_back(e->env, e->held);
+        e->held = NULL;
     }
 }
 
@@ -168,7 +180,10 @@ partial_free(Partial *p)
  * collections then go over the whole heap (a third of a committed read's
  * time with transactions of 1000). Nothing else refers to them yet, and
  * every path by which an entry leaves the ring gives them back first
- * (entry_retrack), so that a cycle made through them later is collected. */
+ * (entry_retrack), so that a cycle made through them later is collected:
+ * committed, they wait in `out` still held, and seq_next gives each back
+ * as it hands it out (a reader taking turns between journals leaves them
+ * there long enough to be promoted, otherwise). */
 static int
 entries_append(Partial *p, uint64_t seq, uint64_t clock, long long begin, PyObject *env,
                PyObject *hold)
@@ -291,6 +306,10 @@ static void
 out_clear(Sequencer *s)
 {
     for (Py_ssize_t k = s->out_pos; k < s->out_n; k++) {
+        if (s->out_held[k] != NULL) {
+            give_back(s->out[k], s->out_held[k]);
+            s->out_held[k] = NULL;
+        }
         Py_CLEAR(s->out[k]);
     }
     s->out_n = s->out_pos = 0;
@@ -307,26 +326,38 @@ out_reserve(Sequencer *s, Py_ssize_t n)
         cap *= 2;
     }
     PyObject **out = PyMem_Realloc(s->out, cap * sizeof(PyObject *));
-    uint64_t *clocks = out ? PyMem_Realloc(s->out_clock, cap * sizeof(uint64_t)) : NULL;
     if (out != NULL) {
         s->out = out;
     }
-    if (clocks == NULL) {
+    uint64_t *clocks = out ? PyMem_Realloc(s->out_clock, cap * sizeof(uint64_t)) : NULL;
+    if (clocks != NULL) {
+        s->out_clock = clocks;
+    }
+    PyObject **held = clocks ? PyMem_Realloc(s->out_held, cap * sizeof(PyObject *)) : NULL;
+    if (held == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    s->out_clock = clocks;
+    s->out_held = held;
     s->out_cap = cap;
     return 0;
 }
 
-/* Append to out (the caller reserved room). */
+/* Append to out (the caller reserved room); `held` is a reference to its
+ * message if env is held out of the collector's lists (taken over), or NULL. */
 static inline void
-out_push(Sequencer *s, PyObject *env, uint64_t clock)
+out_push_held(Sequencer *s, PyObject *env, uint64_t clock, PyObject *held)
 {
     s->out[s->out_n] = Py_NewRef(env);
     s->out_clock[s->out_n] = clock;
+    s->out_held[s->out_n] = held;
     s->out_n++;
+}
+
+static inline void
+out_push(Sequencer *s, PyObject *env, uint64_t clock)
+{
+    out_push_held(s, env, clock, NULL);
 }
 
 static void
@@ -384,8 +415,8 @@ warn_call(PyObject *fn, PyObject *a, PyObject *b, long long offset)
 }
 
 /* Emit p's span, committed by ack_env (ring number seq): into out if it is
- * wholly in the ring, else as a replay. (Its caller then clears p's
- * entries, which gives them back to the collector before any is seen.) */
+ * wholly in the ring (held envelopes stay held there until handed out),
+ * else as a replay. Its caller then clears p's entries. */
 static int
 commit_span(Sequencer *s, Partial *p, uint64_t ack, PyObject *ack_env, long long ack_begin,
             uint64_t seq)
@@ -401,9 +432,11 @@ commit_span(Sequencer *s, Partial *p, uint64_t ack, PyObject *ack_env, long long
         }
         uint64_t emitted = p->last_ack;
         for (Py_ssize_t k = p->head; k < p->len; k++) {
-            if (p->entries[k].clock <= ack) {
-                out_push(s, p->entries[k].env, p->entries[k].clock);
-                emitted = p->entries[k].clock;
+            Entry *e = &p->entries[k];
+            if (e->clock <= ack) {
+                out_push_held(s, e->env, e->clock, e->held); /* still held */
+                e->held = NULL;
+                emitted = e->clock;
             }
         }
         if (ack > emitted) {
@@ -423,6 +456,7 @@ commit_span(Sequencer *s, Partial *p, uint64_t ack, PyObject *ack_env, long long
     }
     for (Py_ssize_t k = p->head; k < p->len; k++) {
         if (p->entries[k].seq > cutoff) {
+            entry_retrack(&p->entries[k]); /* (a replay is rare) */
             r->tail[r->ntail] = p->entries[k];
             Py_INCREF(r->tail[r->ntail].env);
             r->ntail++;
@@ -727,6 +761,10 @@ seq_next(Sequencer *s, PyObject **env)
     for (;;) {
         if (s->out_pos < s->out_n) {
             *env = s->out[s->out_pos];
+            if (s->out_held[s->out_pos] != NULL) {
+                give_back(*env, s->out_held[s->out_pos]);
+                s->out_held[s->out_pos] = NULL;
+            }
             s->out[s->out_pos++] = NULL; /* the reference goes to the caller */
             if (s->out_pos == s->out_n && !s->replay.active) {
                 s->out_pos = s->out_n = 0;
@@ -886,6 +924,7 @@ sequencer_traverse(Sequencer *s, visitproc visit, void *arg)
     }
     for (Py_ssize_t k = s->out_pos; k < s->out_n; k++) {
         Py_VISIT(s->out[k]);
+        Py_VISIT(s->out_held[k]);
     }
     for (Py_ssize_t k = 0; k < s->replay.ntail; k++) {
         Py_VISIT(s->replay.tail[k].env);
@@ -923,6 +962,7 @@ sequencer_dealloc(Sequencer *s)
     PyMem_Free(s->slots);
     PyMem_Free(s->out);
     PyMem_Free(s->out_clock);
+    PyMem_Free(s->out_held);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
 

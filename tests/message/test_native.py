@@ -626,10 +626,10 @@ class SelfRef(JsonDocument):
 
 @needs_c
 def test_a_transactions_messages_wait_outside_the_collector() -> None:
-    """While a transaction waits for its ACK, the native Sequencer keeps its
-    envelopes and messages out of the collector's lists (each collection
-    would walk them again); every envelope handed out is tracked again,
-    with its message."""
+    """While a transaction waits for its ACK, and once committed until each
+    is handed out, the native Sequencer keeps its envelopes and messages
+    out of the collector's lists (each collection would walk them again);
+    every envelope handed out is tracked again, with its message."""
     open_txn = [txn_line(n, Flags.CONTINUE_TXN) for n in range(1, 201)]
     lines = [*open_txn, good_line(1), txn_line(201, Flags.ACK_TXN)]
     client = journal_with(lines)
@@ -642,10 +642,13 @@ def test_a_transactions_messages_wait_outside_the_collector() -> None:
         first = next(it)  # good_line(1): read after the 200 that wait
         assert first.message["v"] == 1
         assert tracked_docs() == 1  # its own: the 200 waiting are untracked
+        second = next(it)  # the ACK committed the 200: handed out one by one
+        assert second.message["v"] == 1
+        assert tracked_docs() == 3  # and the ACK, which never waited
         rest = list(it)
         it.close()
-    assert [e.message["v"] for e in rest] == [*range(1, 202)]  # the ACK last
-    assert all(gc.is_tracked(e) and gc.is_tracked(e.message) for e in [first, *rest])
+    assert [e.message["v"] for e in rest] == [*range(2, 202)]  # the ACK last
+    assert all(gc.is_tracked(e) and gc.is_tracked(e.message) for e in [first, second, *rest])
     assert tracked_docs() == 202
 
 
