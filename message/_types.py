@@ -105,11 +105,13 @@ class JsonDocument(dict[str, Any]):
 
         {"_meta": {"uuid": "…"}, "page": "/home"}
 
-    ``set_uuid`` stores the ``uuid.UUID`` object, which the NDJSON framing
-    writes as its canonical string; a decoded document holds that string.
-    It creates the objects of the path that are missing (or null), and raises
-    ``TypeError`` rather than replace a value of the document that is not an
-    object (``{"_meta": "v1"}``): publishing such a document appends nothing.
+    ``set_uuid`` stores the UUID's canonical string, as a document read back
+    holds it (a published document equals itself read back), and, unlike a
+    ``uuid.UUID`` object, a string leaves the object holding it out of the
+    garbage collector's work. It creates the objects of the path that are
+    missing (or null), and raises ``TypeError`` rather than replace a value
+    of the document that is not an object (``{"_meta": "v1"}``): publishing
+    such a document appends nothing.
     """
 
     uuid_path: ClassVar[tuple[str, ...]] = DEFAULT_UUID_PATH
@@ -149,16 +151,14 @@ class JsonDocument(dict[str, Any]):
         return _as_uuid(node)
 
     def set_uuid(self, u: uuid.UUID) -> None:
-        # The default path, spelled out: the Publisher calls this per message.
-        # The UUID object itself is stored: orjson writes it as its canonical
-        # string in C, cheaper than str(u) here. A decoded document holds the
-        # string; get_uuid takes either.
+        # The default path, spelled out: the Publisher calls this per message
+        # (the native one stores the string without making the UUID object).
         meta = self.get(_META)
         if not isinstance(meta, dict):
             if meta is not None:
                 raise _not_an_object(self, _META, meta)
             meta = self[_META] = {}
-        meta[_UUID_KEY] = u
+        meta[_UUID_KEY] = str(u)
 
     def _set_uuid_at_path(self, u: uuid.UUID) -> None:
         node: dict[str, Any] = self
@@ -170,7 +170,7 @@ class JsonDocument(dict[str, Any]):
                     raise _not_an_object(self, "/".join(parents[: n + 1]), child)
                 child = node[k] = {}
             node = child
-        node[leaf] = u
+        node[leaf] = str(u)
 
     def new_acknowledgement(self, journal: str) -> Self:
         return type(self)()

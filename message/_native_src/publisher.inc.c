@@ -351,11 +351,23 @@ next_clocks(Publisher *p, int wall, Py_ssize_t count)
     return c;
 }
 
-/* msg.set_uuid(u); for a JsonDocument keeping JsonDocument's own set_uuid,
- * get and __setitem__, its steps done here: msg["_meta"]["uuid"] = u, the
- * "_meta" object made if missing (or null). */
+/* The canonical string of the UUID (hi, lo), as str(uuid.UUID) gives it. */
+static PyObject *
+uuid_string(uint64_t hi, uint64_t lo)
+{
+    PyObject *s = PyUnicode_New(36, 127);
+    if (s != NULL) {
+        format_uuid36((char *)PyUnicode_1BYTE_DATA(s), hi, lo);
+    }
+    return s;
+}
+
+/* msg.set_uuid() of the UUID (hi, lo); for a JsonDocument keeping
+ * JsonDocument's own set_uuid, get and __setitem__, its steps done here:
+ * msg["_meta"]["uuid"] = the UUID's canonical string, the "_meta" object
+ * made if missing (or null), and no uuid.UUID made. */
 static int
-set_uuid(Publisher *p, PyObject *msg, PyObject *u)
+set_uuid(Publisher *p, PyObject *msg, uint64_t hi, uint64_t lo)
 {
     PyTypeObject *t = Py_TYPE(msg);
     if (t != p->doc_type && PyObject_TypeCheck(msg, (PyTypeObject *)P.json_document)) {
@@ -388,12 +400,17 @@ set_uuid(Publisher *p, PyObject *msg, PyObject *u)
             }
         }
         if (PyDict_CheckExact(meta)) {
-            return PyDict_SetItem(meta, C.str_uuid, u);
+            PyObject *text = uuid_string(hi, lo);
+            int rc = text ? PyDict_SetItem(meta, C.str_uuid, text) : -1;
+            Py_XDECREF(text);
+            return rc;
         }
         /* A dict subclass goes through its own __setitem__; anything else is
          * set_uuid's error to raise. */
     }
-    PyObject *res = PyObject_CallMethodOneArg(msg, P.str_set_uuid, u);
+    PyObject *u = new_uuid(hi, lo);
+    PyObject *res = u ? PyObject_CallMethodOneArg(msg, P.str_set_uuid, u) : NULL;
+    Py_XDECREF(u);
     Py_XDECREF(res);
     return res ? 0 : -1;
 }
@@ -461,7 +478,7 @@ publish(Publisher *p, PyObject *mapping, PyObject *msg, unsigned flags)
         return NULL;
     }
     Py_INCREF(framing);
-    PyObject *future = NULL, *frame = NULL, *u = NULL, *clock_obj = NULL;
+    PyObject *future = NULL, *frame = NULL, *clock_obj = NULL;
     pub_lock(p);
     uint64_t clock = next_clocks(p, 1, 1);
     if (clock == 0 && PyErr_Occurred()) {
@@ -469,8 +486,7 @@ publish(Publisher *p, PyObject *mapping, PyObject *msg, unsigned flags)
     }
     uint64_t hi, lo;
     uuid_halves(p->node, clock, flags, &hi, &lo);
-    u = new_uuid(hi, lo);
-    if (u == NULL || set_uuid(p, msg, u) < 0) {
+    if (set_uuid(p, msg, hi, lo) < 0) {
         goto done;
     }
     frame = marshal(framing, msg);
@@ -504,7 +520,6 @@ publish(Publisher *p, PyObject *mapping, PyObject *msg, unsigned flags)
 done:
     PyThread_release_lock(p->lock);
     Py_XDECREF(clock_obj);
-    Py_XDECREF(u);
     Py_XDECREF(frame);
     Py_DECREF(framing);
     Py_DECREF(mapped);

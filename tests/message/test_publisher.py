@@ -565,13 +565,17 @@ def test_message_without_a_uuid_is_at_least_once(client) -> None:
 
 
 def test_json_document_round_trips_through_ndjson(client) -> None:
-    """JsonDocument keeps its UUID at _meta/uuid and reads back whole."""
+    """JsonDocument keeps its UUID at _meta/uuid, as the canonical string,
+    and reads back whole: the published document equals the one read."""
     pub = Publisher(client)
-    pub.publish_committed(to("a/journal"), JsonDocument(page="/home", n=3)).result()
+    doc = JsonDocument(page="/home", n=3)
+    pub.publish_committed(to("a/journal"), doc).result()
     [env] = ReadCommittedIter(client, "a/journal", lambda _s: JsonDocument())
     assert env.message["page"] == "/home" and env.message["n"] == 3
     assert get_producer_id(env.message.get_uuid()) == pub.producer_id
     assert env.message["_meta"]["uuid"] == str(env.message.get_uuid())
+    assert doc == env.message
+    assert type(doc["_meta"]["uuid"]) is str
 
 
 def test_spec_passed_to_new_message(client) -> None:
