@@ -23,7 +23,7 @@ import uuid6
 
 from framing import FrameDecodeError
 
-from ._uuid import UUID_INT_OF, uuid_from_int
+from ._uuid import UUID_INT_OF, uuid_from_int, uuid_text
 
 NIL_UUID = uuid.UUID(int=0)
 
@@ -158,7 +158,7 @@ class JsonDocument(dict[str, Any]):
             if meta is not None:
                 raise _not_an_object(self, _META, meta)
             meta = self[_META] = {}
-        meta[_UUID_KEY] = str(u)
+        meta[_UUID_KEY] = uuid_text(u)
 
     def _set_uuid_at_path(self, u: uuid.UUID) -> None:
         node: dict[str, Any] = self
@@ -170,7 +170,7 @@ class JsonDocument(dict[str, Any]):
                     raise _not_an_object(self, "/".join(parents[: n + 1]), child)
                 child = node[k] = {}
             node = child
-        node[leaf] = str(u)
+        node[leaf] = uuid_text(u)
 
     def new_acknowledgement(self, journal: str) -> Self:
         return type(self)()
@@ -245,9 +245,9 @@ class CSVRecord(list[str]):
 
     def set_uuid(self, u: uuid.UUID) -> None:
         if self:
-            self[0] = str(u)
+            self[0] = uuid_text(u)
         else:
-            self.append(str(u))
+            self.append(uuid_text(u))
 
     def new_acknowledgement(self, journal: str) -> CSVRecord:
         return CSVRecord([""])
@@ -294,7 +294,7 @@ class ProtoMessage:
         return _int_of(value)
 
     def set_uuid(self, u: uuid.UUID) -> None:
-        setattr(self.pb, self.uuid_field, u.bytes if self.uuid_as_bytes else str(u))
+        setattr(self.pb, self.uuid_field, u.bytes if self.uuid_as_bytes else uuid_text(u))
 
     def new_acknowledgement(self, journal: str) -> Self:
         return type(self)()

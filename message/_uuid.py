@@ -29,6 +29,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from .layout import FLAGS_MASK as _MAX_FLAGS
 from .layout import PRODUCER_MASK as _MASK48
 from .layout import UUID_EPOCH_OFFSET as UUID_EPOCH_OFFSET
@@ -118,6 +120,12 @@ def build_uuid(producer: bytes, clock: int, flags: int) -> uuid.UUID:
         # clock 0 that opts a message out of exactly-once.
         raise ValueError(f"clock must be in 0..2**64-1, not {clock}")
     return uuid_from_int(uuid_int(int.from_bytes(producer, "big"), clock, flags))
+
+
+def uuid_text(u: uuid.UUID) -> str:
+    """``str(u)``: the canonical 8-4-4-4-12 string, formatted by orjson in C
+    (a third of the time of ``uuid.UUID.__str__``)."""
+    return orjson.dumps(u)[1:-1].decode()
 
 
 def get_clock(u: uuid.UUID) -> int:

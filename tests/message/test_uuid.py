@@ -26,6 +26,7 @@ from message import (
     new_clock,
     new_producer_id,
 )
+from message._uuid import uuid_text
 
 G1582NS100 = 122192928000000000  # 100 ns intervals from 1582-10-15 to 1970-01-01.
 
@@ -316,6 +317,13 @@ def test_round_trip_property(producer: bytes, clock: int, flags: int) -> None:
         ((clock << 10) & 0x3C00) | flags | 0x8000
     )
     assert u.node == int.from_bytes(producer, "big")
+
+
+@given(value=st.integers(0, 2**128 - 1))
+def test_uuid_text_is_the_canonical_string(value: int) -> None:
+    """uuid_text (what documents store) is str(u), for every 128-bit value."""
+    u = uuid.UUID(int=value)
+    assert uuid_text(u) == str(u)
 
 
 @settings(deadline=None, max_examples=200)
