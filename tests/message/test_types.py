@@ -7,6 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 
 import pytest
+import uuid6
 
 from framing import framing_by_content_type
 from message import (
@@ -53,6 +54,11 @@ def test_json_document_default_and_custom_paths() -> None:
     g = deep()
     g.set_uuid(U)
     assert g["a"]["b"]["c"] == str(U) and g.get_uuid() == U
+    v7 = uuid6.uuid7()  # a subclass of uuid.UUID
+    h = JsonDocument(page="/")
+    h.set_uuid(v7)
+    assert h["_meta"]["uuid"] == str(v7)
+    assert round_trip("application/x-ndjson", h, JsonDocument()) == h
     assert isinstance(d.new_acknowledgement("j"), JsonDocument)
     assert type(f.new_acknowledgement("j")) is flat
     with pytest.raises(ValueError):

@@ -319,11 +319,17 @@ def test_round_trip_property(producer: bytes, clock: int, flags: int) -> None:
     assert u.node == int.from_bytes(producer, "big")
 
 
+class OwnUUID(uuid.UUID):
+    """A subclass, as uuid6.UUID is."""
+
+
 @given(value=st.integers(0, 2**128 - 1))
 def test_uuid_text_is_the_canonical_string(value: int) -> None:
-    """uuid_text (what documents store) is str(u), for every 128-bit value."""
+    """uuid_text (what documents store) is str(u), for every 128-bit value,
+    of uuid.UUID and of its subclasses."""
     u = uuid.UUID(int=value)
     assert uuid_text(u) == str(u)
+    assert uuid_text(OwnUUID(int=value)) == str(u)
 
 
 @settings(deadline=None, max_examples=200)
