@@ -28,6 +28,7 @@ import subprocess
 import sys
 import sysconfig
 import uuid
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -458,10 +459,14 @@ def journal_with(lines: list[bytes]) -> MemoryJournalClient:
     return client
 
 
-def good_line(n: int) -> bytes:
-    u = build_uuid(b"\x01\x02\x03\x04\x05\x06", new_clock(1_700_000_000 * 10**9) + n,
-                   Flags.OUTSIDE_TXN)
+def line_of(n: int, flags: Flags, producer: bytes) -> bytes:
+    """A document {"v": n} of ``producer`` with clock (a fixed time + n)."""
+    u = build_uuid(producer, new_clock(1_700_000_000 * 10**9) + n, flags)
     return orjson_line({"v": n, "_meta": {"uuid": str(u)}})
+
+
+def good_line(n: int) -> bytes:
+    return line_of(n, Flags.OUTSIDE_TXN, b"\x01\x02\x03\x04\x05\x06")
 
 
 @pytest.mark.usefixtures("read_loops")
@@ -611,8 +616,7 @@ PRODUCER = b"\x03\x02\x03\x04\x05\x06"
 
 
 def txn_line(n: int, flags: Flags, producer: bytes = PRODUCER) -> bytes:
-    u = build_uuid(producer, new_clock(1_700_000_000 * 10**9) + n, flags)
-    return orjson_line({"v": n, "_meta": {"uuid": str(u)}})
+    return line_of(n, flags, producer)
 
 
 class SelfRef(JsonDocument):
@@ -657,8 +661,6 @@ def _dead_after_reading(lines: list[bytes], buffer: int, stop_after: int | None 
     """Reads ``lines`` committed (with a ring of ``buffer``) into SelfRef
     messages, keeping none of them; returns how many were made and how
     many are still alive after gc.collect()."""
-    import weakref
-
     client = journal_with(lines)
     refs: list[weakref.ref[SelfRef]] = []
 
