@@ -24,7 +24,8 @@ ProducerID, the producer's Clock (timestamp and counter) and Flags::
 
 **Publish** with a ``Publisher``: ``publish_committed`` for messages readable
 at once; ``publish_uncommitted``, then ``build_ack_intents`` appended, for a
-transaction (``Transaction`` does both, with the intents kept durable first).
+transaction (``Transaction`` does both, with the intents kept durable first;
+``TransactionPipeline`` commits each in the background while the next publishes).
 A store is a ``JournalClient``; here, the embedded one in a directory::
 
     >>> import tempfile
@@ -113,6 +114,7 @@ from ._errors import IntentLogError as IntentLogError
 from ._errors import MessageError as MessageError
 from ._errors import MustStartReplay as MustStartReplay
 from ._errors import ReplayError as ReplayError
+from ._errors import TransactionAbortedError as TransactionAbortedError
 from ._interfaces import MappingFunc as MappingFunc
 from ._interfaces import MappingKeyFunc as MappingKeyFunc
 from ._interfaces import Message as Message
@@ -134,6 +136,8 @@ from ._transaction import IntentLog as IntentLog
 from ._transaction import JournalIntentLog as JournalIntentLog
 from ._transaction import Transaction as Transaction
 from ._transaction import write_intents as write_intents
+from ._txn_pipeline import PipelinedTransaction as PipelinedTransaction
+from ._txn_pipeline import TransactionPipeline as TransactionPipeline
 from ._types import DEFAULT_UUID_PATH as DEFAULT_UUID_PATH
 from ._types import NIL_UUID as NIL_UUID
 from ._types import CSVRecord as CSVRecord
@@ -171,7 +175,8 @@ __all__ = [
     "NIL_UUID", "JsonDocument", "document_type", "DataclassMessage", "CSVRecord",
     "ProtoMessage", "proto_message_type", "sortable_uuid", "DEFAULT_UUID_PATH", "uuid_path_of",
     # publishing
-    "Publisher", "AckIntent", "Transaction", "IntentLog", "JournalIntentLog", "write_intents",
+    "Publisher", "AckIntent", "Transaction", "TransactionPipeline", "PipelinedTransaction",
+    "IntentLog", "JournalIntentLog", "write_intents",
     # reading, sequencing and checkpoints
     "ReadUncommittedIter", "ReadCommittedIter", "ReadCommittedSelectorIter", "CommittedSource",
     "published_at", "sequence_committed",
@@ -181,7 +186,7 @@ __all__ = [
     "rendezvous_mapping", "random_mapping", "fnv1a_32", "mmh3_32",
     # errors
     "MessageError", "MustStartReplay", "ReplayError", "EmptyPartitionsError",
-    "CheckpointError", "IntentLogError",
+    "CheckpointError", "IntentLogError", "TransactionAbortedError",
     # which implementation runs
     "IMPLEMENTATION",
 ]

@@ -7,7 +7,8 @@
      ├── ReplayError            a replay iterator gave the wrong envelopes, or failed
      ├── EmptyPartitionsError   a mapping found no journal to map to
      ├── CheckpointError        a checkpoint could not be decoded (also a ValueError)
-     └── IntentLogError         an intent log exists but cannot be read
+     ├── IntentLogError         an intent log exists but cannot be read
+     └── TransactionAbortedError     a pipelined transaction was rolled back
 
 Misuse of an API (dequeuing state out of order, a bad UUID argument) raises
 ``RuntimeError`` or ``ValueError``; a user's ``validate()`` error propagates
@@ -59,3 +60,9 @@ class CheckpointError(MessageError, ValueError):
 
 class IntentLogError(MessageError):
     """An intent log (``IntentLog``, ``JournalIntentLog``) exists but cannot be read."""
+
+
+class TransactionAbortedError(MessageError):
+    """A ``PipelinedTransaction`` was rolled back: aborted by its user, or
+    ended after a transaction that could not commit (the error that stopped
+    the pipeline is the ``__cause__``)."""
