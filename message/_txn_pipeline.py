@@ -230,6 +230,8 @@ class TransactionPipeline:
         self._turn = (turn + 1) % len(self._publishers)
 
         def end(txn: PipelinedTransaction, commit: bool) -> None:
+            if self._closed:  # (close rolled it back already)
+                raise RuntimeError("the pipeline is closed")
             self._open[turn] = None
             self._ended.put(_Ended(txn, commit, turn))
 
@@ -254,10 +256,14 @@ class TransactionPipeline:
             self.log.clear()
 
     def close(self) -> None:
-        """Flush, then stop the committer thread."""
+        """Roll back the transactions still open (never ended), flush, then
+        stop the committer thread."""
         if self._closed:
             return
         try:
+            for txn in self._open:
+                if txn is not None:
+                    txn.abort()
             self.flush()
         finally:
             self._closed = True

@@ -308,6 +308,24 @@ def test_misuse_is_a_clear_error(client) -> None:
     assert all_of(committed(client)) == [(0, 0)]
 
 
+def test_a_transaction_left_open_is_rolled_back_by_close(client) -> None:
+    mapping = mapping_over(create_parts(client))
+    with TransactionPipeline(client) as pipeline:
+        with pipeline.transaction() as done:
+            done.publish(mapping, JsonDocument(t=0, i=0))
+        left = pipeline.transaction()
+        left.publish(mapping, JsonDocument(t=1, i=0))
+    with pytest.raises(TransactionAbortedError):
+        left.committed.result(timeout=30)
+    with pytest.raises(RuntimeError, match="already committed or aborted"):
+        left.commit()
+    assert all_of(committed(client)) == [(0, 0)]
+    for name in PARTS:  # nobody waits for the one rolled back
+        it = ReadCommittedIter(client, name, new_doc)
+        list(it)
+        assert not it.sequencer.has_pending({})
+
+
 def test_the_log_is_cleared_once_every_commit_is_durable(tmp_path: Path) -> None:
     with LocalJournalStore(tmp_path / "store") as store:
         mapping = mapping_over(create_parts(store))
