@@ -583,3 +583,34 @@ def test_transaction_intents_recovered_after_sigkill(
         assert IntentLog(log_path).recover(c) == 2
         assert IntentLog(log_path).load() == []  # cleared
         assert committed(c) == list(range(40))
+
+
+def test_transaction_pipeline_on_the_cluster_with_a_journal_intent_log(
+    gazette_cluster: Any, gazette_prefix: str
+) -> None:
+    """Pipelined transactions through the brokers, their intents kept in a
+    journal of the cluster: every transaction read committed whole, once,
+    in the order they ended, and the log's journal gone once all are
+    durable."""
+    from message import JournalIntentLog, TransactionPipeline, modulo_mapping
+
+    parts = [f"{gazette_prefix}part-{i}" for i in range(2)]
+    with GazetteClient(gazette_cluster.address) as c:
+        specs = [c.create(p, NDJSON) for p in parts]
+        mapping = modulo_mapping(lambda d: f"{d['t']}/{d['i']}", lambda: specs)
+        log = JournalIntentLog(c, f"{gazette_prefix}intents")
+        with TransactionPipeline(c, log, in_flight=3) as pipeline:
+            for t in range(40):
+                with pipeline.transaction() as txn:
+                    for i in range(1 + t % 7):
+                        txn.publish(mapping, JsonDocument(t=t, i=i))
+        assert log.load() == [] and not c.list(f"name={gazette_prefix}intents")
+        per_part = [
+            [(env.message["t"], env.message["i"])
+             for env in ReadCommittedIter(c, p, lambda _s: JsonDocument()) if "t" in env.message]
+            for p in parts
+        ]
+    expected = [(t, i) for t in range(40) for i in range(1 + t % 7)]
+    assert sorted(m for msgs in per_part for m in msgs) == expected
+    for msgs in per_part:
+        assert [t for t, _ in msgs] == sorted(t for t, _ in msgs)
