@@ -28,7 +28,7 @@ import zlib
 from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import orjson
 
@@ -253,7 +253,39 @@ def write_intents(client: JournalClient, intents: list[AckIntent]) -> list[Appen
     return [f.result() for f in futures]
 
 
-class Transaction:
+class CommitsOnExit:
+    """A transaction as a ``with`` block: committed on a clean exit, aborted
+    on an exception, left alone if it already ended (``ended``)."""
+
+    @property
+    def ended(self) -> bool:
+        """True once the transaction was committed or aborted."""
+        raise NotImplementedError
+
+    def commit(self) -> object:
+        raise NotImplementedError
+
+    def abort(self) -> object:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.ended:
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+class Transaction(CommitsOnExit):
     """Publishes messages uncommitted, then commits them all at once (or none).
 
     On a clean exit of the ``with`` block (or :meth:`commit`), it waits for
@@ -320,18 +352,7 @@ class Transaction:
         write_intents(self.client, intents)
         return intents
 
-    def __enter__(self) -> Transaction:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._done:
-            return
-        if exc_type is None:
-            self.commit()
-        else:
-            self.abort()
+    @property
+    def ended(self) -> bool:
+        """True once :meth:`commit` or :meth:`abort` was called."""
+        return self._done

@@ -57,7 +57,7 @@ from journal import PendingAppends
 from ._errors import TransactionAbortedError
 from ._interfaces import MappingFunc, Message
 from ._publisher import AckIntent
-from ._transaction import IntentLog, JournalIntentLog
+from ._transaction import CommitsOnExit, IntentLog, JournalIntentLog
 
 if TYPE_CHECKING:
     from journal import AppendResult, JournalClient
@@ -75,7 +75,7 @@ class _Ended(NamedTuple):
     turn: int
 
 
-class PipelinedTransaction:
+class PipelinedTransaction(CommitsOnExit):
     """One transaction of a :class:`TransactionPipeline` (made by
     :meth:`TransactionPipeline.transaction`).
 
@@ -131,22 +131,6 @@ class PipelinedTransaction:
         """Wait for the transaction's messages to be durable (raising the
         first append that failed); the committer's first step."""
         self._appends.settle()
-
-    def __enter__(self) -> PipelinedTransaction:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if self._ended:
-            return
-        if exc_type is None:
-            self.commit()
-        else:
-            self.abort()
 
 
 class TransactionPipeline:

@@ -31,6 +31,7 @@ from message import (
     get_producer_id,
     modulo_mapping,
 )
+from tests.message.test_publisher import FailingAppends
 
 NDJSON = {"content-type": "application/x-ndjson"}
 PARTS = [f"out/part-{i}" for i in range(3)]
@@ -125,24 +126,6 @@ def test_an_aborted_transaction_is_rolled_back_and_the_next_commit(client) -> No
         it = ReadCommittedIter(client, name, new_doc)
         list(it)
         assert not it.sequencer.has_pending({})
-
-
-class FailingAppends:
-    """A client whose appends to ``journal`` fail (in their futures) while
-    ``failing`` is set: as a store whose disk filled up."""
-
-    def __init__(self, inner, journal: str) -> None:
-        self.inner, self.journal, self.failing = inner, journal, False
-
-    def append(self, name: str, data: bytes):
-        if self.failing and name == self.journal:
-            f: Future = Future()
-            f.set_exception(OSError(28, "No space left on device"))
-            return f
-        return self.inner.append(name, data)
-
-    def __getattr__(self, name: str):
-        return getattr(self.inner, name)
 
 
 def test_a_failed_commit_rolls_back_it_and_every_transaction_after_it(client) -> None:
