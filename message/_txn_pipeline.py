@@ -44,15 +44,16 @@ is cleared once every commit is durable, by :meth:`TransactionPipeline.flush`.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
-from types import TracebackType
 from typing import TYPE_CHECKING, NamedTuple
 
-from journal import PendingAppends
+from journal import Closing, PendingAppends
 
 from ._errors import TransactionAbortedError
 from ._interfaces import MappingFunc, Message
@@ -133,7 +134,7 @@ class PipelinedTransaction(CommitsOnExit):
         self._appends.settle()
 
 
-class TransactionPipeline:
+class TransactionPipeline(Closing):
     """Transactions published one after another, each committed by a
     committer thread while the next ones publish. They commit in the order
     they end; if one cannot, it and every transaction ended after it are
@@ -155,7 +156,9 @@ class TransactionPipeline:
     ring (4096 envelopes by default), or they replay.
 
     One thread opens and publishes the transactions; the futures may be
-    waited on from any.
+    waited on from any. ``with pipeline:`` closes it on the way out; a
+    pipeline still open when the interpreter exits is closed then (what
+    ended commits).
     """
 
     def __init__(
@@ -188,6 +191,7 @@ class TransactionPipeline:
             target=self._commit_loop, name="exactly-txn-committer", daemon=True
         )
         self._committer.start()
+        _OPEN.add(self)
 
     @property
     def producer_ids(self) -> list[bytes]:
@@ -251,23 +255,9 @@ class TransactionPipeline:
             self.flush()
         finally:
             self._closed = True
+            _OPEN.discard(self)
             self._ended.put(None)
             self._committer.join()
-
-    def __enter__(self) -> TransactionPipeline:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.close()
-            return
-        with contextlib.suppress(Exception):  # the block's own exception wins
-            self.close()
 
     # -- the committer thread -------------------------------------------------
 
@@ -349,6 +339,19 @@ class TransactionPipeline:
         ]
         if self.log is not None:
             self.log.save([i for old, _ in self._unconfirmed for i in old] + intents)
+
+
+#: The pipelines not yet closed, closed at exit (before the clients they
+#: write through, which the journal package closes at exit too: its handler
+#: was registered first, so it runs after this one).
+_OPEN: weakref.WeakSet[TransactionPipeline] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_pipelines() -> None:
+    for pipeline in list(_OPEN):
+        with contextlib.suppress(Exception):
+            pipeline.close()
 
 
 def _resolve_when_durable(

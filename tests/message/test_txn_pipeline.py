@@ -326,6 +326,33 @@ def test_the_log_is_cleared_once_every_commit_is_durable(tmp_path: Path) -> None
         assert len(all_of(committed(store))) == sum(map(size_of, range(30)))
 
 
+FORGETFUL = textwrap.dedent("""
+    import sys
+    from journal import LocalJournalStore
+    from message import JsonDocument, TransactionPipeline
+
+    store = LocalJournalStore(sys.argv[1])
+    pipeline = TransactionPipeline(store)
+    for t in range(20):
+        with pipeline.transaction() as txn:
+            for i in range(1 + (t * 37) % 90):
+                txn.publish(lambda d: ("out/part-0", "application/x-ndjson"),
+                            JsonDocument(t=t, i=i))
+    # exits without closing the pipeline or the store
+""")
+
+
+def test_a_pipeline_left_open_at_exit_commits_what_ended(tmp_path: Path) -> None:
+    with LocalJournalStore(tmp_path) as store:
+        create_parts(store)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    subprocess.run([sys.executable, "-c", FORGETFUL, str(tmp_path)], env=env,
+                   check=True, timeout=120)
+    with LocalJournalStore(tmp_path) as store:
+        assert sorted(all_of(committed(store))) == [
+            (t, i) for t in range(20) for i in range(size_of(t))]
+
+
 PRODUCER = textwrap.dedent("""
     import sys
     from pathlib import Path
