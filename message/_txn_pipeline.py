@@ -210,8 +210,8 @@ class TransactionPipeline(Closing):
         turn = self._turn
         if self._open[turn] is not None:
             raise RuntimeError(
-                f"{len(self._open)} transactions of the pipeline are open: commit or"
-                " abort one before opening another"
+                f"the transaction opened {len(self._open)} transactions ago is still"
+                " open: commit or abort it before opening another"
             )
         self._free[turn].wait()
         self._free[turn].clear()
@@ -229,7 +229,10 @@ class TransactionPipeline(Closing):
     def flush(self) -> None:
         """Wait until every transaction ended so far is committed or rolled
         back and its ACKs are durable; then clear the log. Raises the first
-        failure of a commit (the log then keeps what may need writing)."""
+        failure of a commit (the log then keeps what may need writing). A
+        closed pipeline has nothing left to flush."""
+        if self._closed:
+            return
         barrier: Future[None] = Future()
         self._ended.put(barrier)
         barrier.result()

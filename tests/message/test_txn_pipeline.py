@@ -279,7 +279,7 @@ def test_misuse_is_a_clear_error(client) -> None:
         TransactionPipeline(client, in_flight=0)
     with TransactionPipeline(client, in_flight=2) as pipeline:
         a, b = pipeline.transaction(), pipeline.transaction()
-        with pytest.raises(RuntimeError, match="open"):
+        with pytest.raises(RuntimeError, match="still open"):
             pipeline.transaction()
         a.publish(mapping, JsonDocument(t=0, i=0))
         a.commit()
