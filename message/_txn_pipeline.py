@@ -141,8 +141,12 @@ class TransactionPipeline(Closing):
     rolled back, the pipeline takes no more, and :meth:`flush` raises. Each
     save of the log holds the intents of every commit whose ACKs are not
     yet known durable, so ``log.recover`` after a crash finishes them all.
-    Consecutive transactions publish as different producers, taking turns
-    (a producer's ACK must be appended before its further messages).
+    An ACK that cannot be appended leaves its transaction decided (its
+    intents stay in the log; ``recover`` makes it whole) and stops the
+    pipeline as a failed commit does, but the transactions that committed
+    before that append failed stay committed. Consecutive transactions
+    publish as different producers, taking turns (a producer's ACK must be
+    appended before its further messages).
 
     ``client``: where the messages go. ``log``: an :class:`IntentLog` or
     :class:`JournalIntentLog` holding the intents of the commits under way
@@ -156,9 +160,10 @@ class TransactionPipeline(Closing):
     ring (4096 envelopes by default), or they replay.
 
     One thread opens and publishes the transactions; the futures may be
-    waited on from any. ``with pipeline:`` closes it on the way out; a
-    pipeline still open when the interpreter exits is closed then (what
-    ended commits).
+    waited on from any. A child process made by ``fork`` makes its own
+    pipeline (the committer thread is not in the child). ``with pipeline:``
+    closes it on the way out; a pipeline still open when the interpreter
+    exits is closed then (what ended commits).
     """
 
     def __init__(
