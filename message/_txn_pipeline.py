@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import queue
 import threading
 import weakref
@@ -161,7 +162,8 @@ class TransactionPipeline(Closing):
 
     One thread opens and publishes the transactions; the futures may be
     waited on from any. A child process made by ``fork`` makes its own
-    pipeline (the committer thread is not in the child). ``with pipeline:``
+    pipeline: the committer thread is not in the child, so there the
+    parent's raises ``RuntimeError`` (and is not closed at the child's exit). ``with pipeline:``
     closes it on the way out; a pipeline still open when the interpreter
     exits is closed then (what ended commits).
     """
@@ -192,6 +194,7 @@ class TransactionPipeline(Closing):
         self._unconfirmed: list[tuple[list[AckIntent], list[Future[AppendResult]]]] = []
         self._error: BaseException | None = None  # the first failure: nothing after commits
         self._closed = False
+        self._forked = False  # this object was copied into a child by fork
         self._committer = threading.Thread(
             target=self._commit_loop, name="exactly-txn-committer", daemon=True
         )
@@ -206,6 +209,7 @@ class TransactionPipeline(Closing):
     def transaction(self) -> PipelinedTransaction:
         """A new transaction, as the next producer in turn (waiting until
         that producer's previous transaction has its ACKs queued)."""
+        self._check_process()
         if self._closed:
             raise RuntimeError("the pipeline is closed")
         if self._error is not None:
@@ -236,6 +240,7 @@ class TransactionPipeline(Closing):
         back and its ACKs are durable; then clear the log. Raises the first
         failure of a commit (the log then keeps what may need writing). A
         closed pipeline has nothing left to flush."""
+        self._check_process()
         if self._closed:
             return
         barrier: Future[None] = Future()
@@ -254,6 +259,7 @@ class TransactionPipeline(Closing):
     def close(self) -> None:
         """Roll back the transactions still open (never ended), flush, then
         stop the committer thread."""
+        self._check_process()
         if self._closed:
             return
         try:
@@ -266,6 +272,18 @@ class TransactionPipeline(Closing):
             _OPEN.discard(self)
             self._ended.put(None)
             self._committer.join()
+
+    def _check_process(self) -> None:
+        if self._forked:
+            raise RuntimeError(
+                "this TransactionPipeline was made before a fork, and its committer"
+                " thread is not in this process: make a new one here"
+            )
+
+    def _after_fork_in_child(self) -> None:
+        """In a child made by ``fork``: the committer thread is not here, so
+        this copy can neither commit nor wait for commits."""
+        self._forked = True
 
     # -- the committer thread -------------------------------------------------
 
@@ -360,6 +378,18 @@ def _close_open_pipelines() -> None:
     for pipeline in list(_OPEN):
         with contextlib.suppress(Exception):
             pipeline.close()
+
+
+def _forget_open_pipelines() -> None:
+    """In a child made by ``fork``: the parent's pipelines are the parent's
+    (closing one here would wait for a committer that is not here)."""
+    for pipeline in list(_OPEN):
+        pipeline._after_fork_in_child()  # (the hook of this module's own class)
+    _OPEN.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_open_pipelines)
 
 
 def _resolve_when_durable(

@@ -353,6 +353,53 @@ def test_a_pipeline_left_open_at_exit_commits_what_ended(tmp_path: Path) -> None
             (t, i) for t in range(20) for i in range(size_of(t))]
 
 
+FORKING = textwrap.dedent("""
+    import os, sys, time
+    from journal import LocalJournalStore
+    from message import JsonDocument, TransactionPipeline
+
+    to = lambda d: ("out/part-0", "application/x-ndjson")
+    store = LocalJournalStore(sys.argv[1])
+    pipeline = TransactionPipeline(store)
+    with pipeline.transaction() as txn:
+        txn.publish(to, JsonDocument(t=0, i=0))
+    pid = os.fork()
+    if pid == 0:
+        for call in (pipeline.transaction, pipeline.flush, pipeline.close):
+            try:
+                call()
+            except RuntimeError as exc:
+                print("child:", exc, flush=True)
+        sys.exit(0)  # a normal exit: its exit handlers must not wait for the parent's committer
+    deadline = time.monotonic() + 60
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            sys.exit("the child hung at exit")
+        time.sleep(0.05)
+    with pipeline.transaction() as txn:
+        txn.publish(to, JsonDocument(t=1, i=0))
+    pipeline.close()
+    store.close()
+""")
+
+
+def test_a_pipeline_copied_by_fork_is_refused_in_the_child(tmp_path: Path) -> None:
+    """In a child made by fork the parent's pipeline raises at once (its
+    committer thread is not there) and the child exits without waiting for
+    it; the parent's pipeline goes on."""
+    with LocalJournalStore(tmp_path) as store:
+        create_parts(store)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    r = subprocess.run([sys.executable, "-c", FORKING, str(tmp_path)], env=env,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3 and all("made before a fork" in line for line in lines), lines
+    with LocalJournalStore(tmp_path) as store:
+        assert sorted(all_of(committed(store))) == [(0, 0), (1, 0)]
+
+
 PRODUCER = textwrap.dedent("""
     import sys
     from pathlib import Path
