@@ -3,12 +3,12 @@
 ::
 
     MessageError
-     ├── MustStartReplay        the Sequencer needs a replay before it can dequeue
-     ├── ReplayError            a replay iterator gave the wrong envelopes, or failed
-     ├── EmptyPartitionsError   a mapping found no journal to map to
-     ├── CheckpointError        a checkpoint could not be decoded (also a ValueError)
-     ├── IntentLogError         an intent log exists but cannot be read
-     └── TransactionAbortedError     a pipelined transaction was rolled back
+     ├── MustStartReplay          the Sequencer needs a replay before it can dequeue
+     ├── ReplayError              a replay iterator gave the wrong envelopes, or failed
+     ├── EmptyPartitionsError     a mapping found no journal to map to
+     ├── CheckpointError          a checkpoint could not be decoded (also a ValueError)
+     ├── IntentLogError           an intent log exists but cannot be read
+     └── TransactionAbortedError  a pipelined transaction was rolled back
 
 Misuse of an API (dequeuing state out of order, a bad UUID argument) raises
 ``RuntimeError`` or ``ValueError``; a user's ``validate()`` error propagates

@@ -247,10 +247,14 @@ class JournalIntentLog:
         return sum(cls(client, spec.name).recover() for spec in client.list(selector))
 
 
+def append_intents(client: JournalClient, intents: list[AckIntent]) -> list[Future[AppendResult]]:
+    """Append each intent to its journal; their futures."""
+    return [client.append(i.journal, i.intent) for i in intents]
+
+
 def write_intents(client: JournalClient, intents: list[AckIntent]) -> list[AppendResult]:
     """Append each intent to its journal and wait until all are durable."""
-    futures: list[Future[AppendResult]] = [client.append(i.journal, i.intent) for i in intents]
-    return [f.result() for f in futures]
+    return [f.result() for f in append_intents(client, intents)]
 
 
 class CommitsOnExit:

@@ -59,7 +59,7 @@ from journal import Closing, PendingAppends
 from ._errors import TransactionAbortedError
 from ._interfaces import MappingFunc, Message
 from ._publisher import AckIntent
-from ._transaction import CommitsOnExit, IntentLog, JournalIntentLog
+from ._transaction import CommitsOnExit, IntentLog, JournalIntentLog, append_intents
 
 if TYPE_CHECKING:
     from journal import AppendResult, JournalClient
@@ -293,8 +293,7 @@ class TransactionPipeline(Closing):
             with contextlib.suppress(queue.Empty):
                 while True:
                     batch.append(self._ended.get_nowait())
-            items = [item for item in batch if item is not None]
-            ended = [item for item in items if isinstance(item, _Ended)]
+            ended = [item for item in batch if isinstance(item, _Ended)]
             try:
                 self._commit_batch(ended)
             except BaseException as exc:  # a bug: fail, do not hang
@@ -303,31 +302,34 @@ class TransactionPipeline(Closing):
                     if not txn.committed.done():
                         txn.committed.set_exception(exc)
                     self._free[turn].set()
-            for barrier in items:
+            for barrier in batch:
                 if isinstance(barrier, Future):
                     barrier.set_result(None)
-            if len(items) < len(batch):
+            if None in batch:
                 return
 
     def _commit_batch(self, ended: list[_Ended]) -> None:
         commits: list[tuple[PipelinedTransaction, int, list[AckIntent]]] = []
         rollbacks: list[tuple[PipelinedTransaction, int, BaseException]] = []
         for txn, commit, turn in ended:
+            failure: BaseException | None = None
             try:
                 txn.settle()
             except BaseException as exc:  # reported by its future
-                if commit and self._error is None:
-                    self._error = exc
-                rollbacks.append((txn, turn, exc if commit else TransactionAbortedError("aborted")))
-                continue
+                failure = exc
+            why: BaseException
             if not commit:
-                rollbacks.append((txn, turn, TransactionAbortedError("aborted")))
+                why = TransactionAbortedError("aborted")
+            elif failure is not None:
+                self._error = self._error or failure
+                why = failure
             elif self._error is not None:
-                after = TransactionAbortedError("an earlier transaction could not commit")
-                after.__cause__ = self._error
-                rollbacks.append((txn, turn, after))
+                why = TransactionAbortedError("an earlier transaction could not commit")
+                why.__cause__ = self._error
             else:
                 commits.append((txn, turn, txn.publisher.build_ack_intents()))
+                continue
+            rollbacks.append((txn, turn, why))
         if commits:
             try:
                 self._save([i for _, _, intents in commits for i in intents])
@@ -335,18 +337,16 @@ class TransactionPipeline(Closing):
                 # Not known whether the save is durable: none of these is
                 # written now; a recovery may still write them.
                 self._error = self._error or exc
-                for txn, turn, _ in commits:
-                    rollbacks.append((txn, turn, exc))
+                rollbacks += [(txn, turn, exc) for txn, turn, _ in commits]
                 commits = []
         for txn, turn, intents in commits:
-            acks = [self.client.append(i.journal, i.intent) for i in intents]
+            acks = append_intents(self.client, intents)
             self._unconfirmed.append((intents, acks))
             self._free[turn].set()
             _resolve_when_durable(txn.committed, intents, acks, self._failed)
         for txn, turn, why in rollbacks:
             with contextlib.suppress(Exception):  # a client that fails cannot roll back
-                for intent in txn.publisher.build_rollback_intents():
-                    self.client.append(intent.journal, intent.intent)
+                append_intents(self.client, txn.publisher.build_rollback_intents())
             self._free[turn].set()
             txn.committed.set_exception(why)
 
@@ -360,8 +360,7 @@ class TransactionPipeline(Closing):
     def _save(self, intents: list[AckIntent]) -> None:
         """Save ``intents`` with those of earlier commits not yet known durable."""
         self._unconfirmed = [
-            (old, acks) for old, acks in self._unconfirmed
-            if not all(a.done() and a.exception() is None for a in acks)
+            (old, acks) for old, acks in self._unconfirmed if not _durable(acks)
         ]
         if self.log is not None:
             self.log.save([i for old, _ in self._unconfirmed for i in old] + intents)
@@ -390,6 +389,11 @@ def _forget_open_pipelines() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_open_pipelines)
+
+
+def _durable(acks: list[Future[AppendResult]]) -> bool:
+    """True if every one of ``acks`` is done without failure (no wait)."""
+    return all(a.done() and a.exception() is None for a in acks)
 
 
 def _resolve_when_durable(

@@ -168,6 +168,11 @@ def test_a_failed_commit_rolls_back_it_and_every_transaction_after_it(client) ->
     assert specs
 
 
+def is_ack(frame: bytes) -> bool:
+    """True if ``frame`` (an NDJSON document) is an ACK."""
+    return get_flags(JsonDocument(orjson.loads(frame)).get_uuid()) == Flags.ACK_TXN
+
+
 class FailingAcks:
     """A client whose first ACK append to ``journal`` fails (in its future)."""
 
@@ -175,8 +180,7 @@ class FailingAcks:
         self.inner, self.journal, self.failed = inner, journal, 0
 
     def append(self, name: str, data: bytes):
-        ack = get_flags(JsonDocument(orjson.loads(data)).get_uuid()) == Flags.ACK_TXN
-        if ack and name == self.journal and not self.failed:
+        if is_ack(data) and name == self.journal and not self.failed:
             self.failed += 1
             f: Future = Future()
             f.set_exception(OSError(5, "Input/output error"))
@@ -220,8 +224,7 @@ class HeldAcks:
         self.inner, self.journal, self.held = inner, journal, []
 
     def append(self, name: str, data: bytes):
-        ack = get_flags(JsonDocument(orjson.loads(data)).get_uuid()) == Flags.ACK_TXN
-        if ack and name == self.journal:
+        if is_ack(data) and name == self.journal:
             f: Future = Future()
             self.held.append((f, data))
             return f
