@@ -26,6 +26,7 @@ AppendResult(journal='events/part-000', begin=0, end=9) b'{"n": 1}\n'
 import importlib as _importlib
 import typing as _typing
 
+from ._closing import CloseAtExit as CloseAtExit
 from ._closing import Closing as Closing
 from ._errors import AppendTooLargeError as AppendTooLargeError
 from ._errors import BrokerAuthError as BrokerAuthError
@@ -113,6 +114,7 @@ __all__ = [
     "AppendResult",
     "Fragment",
     "Closing",
+    "CloseAtExit",
     "JournalProblem",
     "CONTENT_TYPE_LABEL",
     "parse_duration",

@@ -1,5 +1,5 @@
-"""``Closing``: ``with obj:`` closes ``obj`` on the way out; ``OpenClients``:
-the clients of one kind still open, closed when the interpreter exits."""
+"""``Closing``: ``with obj:`` closes ``obj`` on the way out; ``CloseAtExit``:
+the objects of one kind still open, closed when the interpreter exits."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import atexit
 import contextlib
 import os
 import weakref
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Final, Self
 
 
 class Closing:
@@ -33,27 +34,49 @@ class Closing:
         self.close()
 
 
-class OpenClients:
-    """The clients of one kind that are open in this process. Their writer
-    threads are daemons, so that a forgotten client cannot hang the
-    interpreter: at exit each is closed instead (its queued appends
-    finished); in a child after ``fork`` each is told
-    (``_after_fork_in_child``)."""
+class CloseAtExit:
+    """The objects of one kind still open in this process, each closed when
+    the interpreter exits (its ``close()``; an error there is ignored) and
+    told in a child made by ``fork`` (``after_fork_in_child(obj)``, if
+    given). Background threads are daemons, so that a forgotten object
+    cannot hang the interpreter: closing it at exit finishes its work instead.
 
-    def __init__(self) -> None:
+    Registries close in the reverse order of their making. The clients'
+    registry (``CLIENTS``) is made when the journal package is imported, so
+    the registry of anything that writes through clients, made by a package
+    that imports journal, is closed before the clients are.
+    """
+
+    def __init__(self, after_fork_in_child: Callable[[Any], None] | None = None) -> None:
         self._open: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._after_fork = after_fork_in_child
         atexit.register(self._close_all)
-        if hasattr(os, "register_at_fork"):
+        if after_fork_in_child is not None and hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork_in_child)
 
-    def add(self, client: Any) -> None:
-        self._open.add(client)
+    def add(self, obj: Any) -> None:
+        """Close ``obj`` at exit (unless it is gone by then)."""
+        self._open.add(obj)
+
+    def discard(self, obj: Any) -> None:
+        """``obj`` was closed: nothing to do at exit."""
+        self._open.discard(obj)
 
     def _close_all(self) -> None:
-        for client in list(self._open):
+        for obj in list(self._open):
             with contextlib.suppress(Exception):
-                client.close()
+                obj.close()
 
     def _after_fork_in_child(self) -> None:
-        for client in list(self._open):
-            client._after_fork_in_child()
+        assert self._after_fork is not None
+        for obj in list(self._open):
+            self._after_fork(obj)
+
+
+def _client_after_fork(client: Any) -> None:
+    client._after_fork_in_child()  # (the hook of this package's clients)
+
+
+#: The journal clients open in this process (``LocalJournalStore``,
+#: ``GazetteClient``): closed at exit, their queued appends finished.
+CLIENTS: Final = CloseAtExit(_client_after_fork)

@@ -107,6 +107,9 @@ class IntentLog:
                 raise
         self._fd = fd
         self._closer = weakref.finalize(self, os.close, fd)
+        # Not at exit: a TransactionPipeline closed then still saves here
+        # (the process's end closes the file).
+        self._closer.atexit = False
         return fd
 
     def close(self) -> None:

@@ -44,17 +44,14 @@ is cleared once every commit is durable, by :meth:`TransactionPipeline.flush`.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import os
 import queue
 import threading
-import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, NamedTuple
 
-from journal import Closing, PendingAppends
+from journal import CloseAtExit, Closing, PendingAppends
 
 from ._errors import TransactionAbortedError
 from ._interfaces import MappingFunc, Message
@@ -366,29 +363,15 @@ class TransactionPipeline(Closing):
             self.log.save([i for old, _ in self._unconfirmed for i in old] + intents)
 
 
+def _after_fork_in_child(pipeline: TransactionPipeline) -> None:
+    pipeline._after_fork_in_child()  # (the hook of this module's own class)
+
+
 #: The pipelines not yet closed, closed at exit (before the clients they
-#: write through, which the journal package closes at exit too: its handler
-#: was registered first, so it runs after this one).
-_OPEN: weakref.WeakSet[TransactionPipeline] = weakref.WeakSet()
-
-
-@atexit.register
-def _close_open_pipelines() -> None:
-    for pipeline in list(_OPEN):
-        with contextlib.suppress(Exception):
-            pipeline.close()
-
-
-def _forget_open_pipelines() -> None:
-    """In a child made by ``fork``: the parent's pipelines are the parent's
-    (closing one here would wait for a committer that is not here)."""
-    for pipeline in list(_OPEN):
-        pipeline._after_fork_in_child()  # (the hook of this module's own class)
-    _OPEN.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_open_pipelines)
+#: write through: see journal.CloseAtExit). In a child made by ``fork``,
+#: each is marked unusable there (its committer thread is the parent's):
+#: closing it at the child's exit raises at once, and is ignored.
+_OPEN: CloseAtExit = CloseAtExit(_after_fork_in_child)
 
 
 def _durable(acks: list[Future[AppendResult]]) -> bool:

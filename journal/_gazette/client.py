@@ -36,7 +36,7 @@ from typing import Final, NoReturn, cast, final
 import grpc
 
 from .._append_queue import append_router, flush_queues
-from .._closing import Closing, OpenClients
+from .._closing import CLIENTS, Closing
 from .._errors import (
     AppendTooLargeError,
     BrokerError,
@@ -78,9 +78,6 @@ LOG: Final = logging.getLogger("journal")
 #: A watching List RPC ends after this many seconds and is opened again,
 #: so that its watcher notices soon that it was stopped.
 _WATCH_DEADLINE: Final = 5.0
-
-_CLIENTS = OpenClients()  # closed at exit
-
 
 @final
 class GazetteClient(Closing):
@@ -193,7 +190,7 @@ class GazetteClient(Closing):
         self._readers: weakref.WeakSet[GazetteReader] = weakref.WeakSet()
         self._file_store: bool | None = None  # Does the cluster have a file store?
         self._closed = False
-        _CLIENTS.add(self)
+        CLIENTS.add(self)  # closed at exit
 
     def __repr__(self) -> str:
         return f"GazetteClient({self.address!r})"

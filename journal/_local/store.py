@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final, final
 
 from .._append_queue import append_router, flush_queues
-from .._closing import Closing, OpenClients
+from .._closing import CLIENTS, Closing
 from .._errors import (
     AppendTooLargeError,
     CorruptJournalError,
@@ -98,9 +98,6 @@ _RESERVED_COMPONENT: Final = re.compile(r"[0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{40}
 
 LOG: Final = logging.getLogger("journal")
 
-_STORES = OpenClients()  # closed at exit
-
-
 @final
 class LocalJournalStore(Closing):
     """Journals stored as files under ``root`` (created if missing).
@@ -146,7 +143,7 @@ class LocalJournalStore(Closing):
         self._real_root = os.path.realpath(self.root)
         self._emitters = Emitters(self._real_root)  # what emits to each journal use
         self._closed = False
-        _STORES.add(self)
+        CLIENTS.add(self)  # closed at exit
         # A store dropped without close() must not leave its inotify thread behind.
         weakref.finalize(self, self._watcher.close)
 

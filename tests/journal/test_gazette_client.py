@@ -614,3 +614,57 @@ def test_transaction_pipeline_on_the_cluster_with_a_journal_intent_log(
     assert sorted(m for msgs in per_part for m in msgs) == expected
     for msgs in per_part:
         assert [t for t, _ in msgs] == sorted(t for t, _ in msgs)
+
+
+_FORGETFUL_PIPELINE = """
+import sys
+IMPORTS
+
+address, prefix = sys.argv[1], sys.argv[2]
+client = GazetteClient(address)
+parts = [client.get(f"{prefix}part-{i}") for i in range(2)]
+mapping = modulo_mapping(lambda d: f"{d['t']}/{d['i']}", lambda: parts)
+pipeline = TransactionPipeline(client, JournalIntentLog(client, f"{prefix}intents"))
+for t in range(20):
+    with pipeline.transaction() as txn:
+        for i in range(1 + t % 5):
+            txn.publish(mapping, JsonDocument(t=t, i=i))
+# exits without closing the pipeline or the client
+"""
+
+
+@pytest.mark.parametrize("message_first", [False, True], ids=["journal first", "message first"])
+def test_transaction_pipeline_left_open_at_exit_on_the_cluster(
+    gazette_cluster: Any, gazette_prefix: str, message_first: bool
+) -> None:
+    """A process that exits with its pipeline and its GazetteClient open:
+    the pipeline is closed before the client (its last commits go through
+    the client), whichever package the program imported first, so every
+    transaction that ended is read committed, once."""
+    import subprocess
+    import sys
+
+    with GazetteClient(gazette_cluster.address) as c:
+        for i in range(2):
+            c.create(f"{gazette_prefix}part-{i}", NDJSON)
+    imports = [
+        "from journal import GazetteClient",
+        "from message import JournalIntentLog, JsonDocument, TransactionPipeline, modulo_mapping",
+    ]
+    script = _FORGETFUL_PIPELINE.replace(
+        "IMPORTS", "\n".join(imports[::-1] if message_first else imports))
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run(
+        [sys.executable, "-c", script, gazette_cluster.address, gazette_prefix],
+        env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, timeout=120,
+    )
+    assert r.returncode == 0 and not r.stderr, r.stderr.decode()
+    with GazetteClient(gazette_cluster.address) as c:
+        got = sorted(
+            (env.message["t"], env.message["i"])
+            for p in (f"{gazette_prefix}part-{i}" for i in range(2))
+            for env in ReadCommittedIter(c, p, lambda _s: JsonDocument())
+            if "t" in env.message
+        )
+        assert not c.list(f"name={gazette_prefix}intents")  # the last flush cleared the log
+    assert got == [(t, i) for t in range(20) for i in range(1 + t % 5)]

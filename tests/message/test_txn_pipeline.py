@@ -345,15 +345,28 @@ FORGETFUL = textwrap.dedent("""
 """)
 
 
-def test_a_pipeline_left_open_at_exit_commits_what_ended(tmp_path: Path) -> None:
+@pytest.mark.parametrize("log", [False, True], ids=["no log", "IntentLog"])
+def test_a_pipeline_left_open_at_exit_commits_what_ended(tmp_path: Path, log: bool) -> None:
+    """Also with an IntentLog: its file must still be open when the
+    pipeline's exit handler saves the last intents (the log's descriptor
+    used to be closed by then, and the last transactions were lost)."""
     with LocalJournalStore(tmp_path) as store:
         create_parts(store)
+    script = FORGETFUL
+    if log:
+        script = script.replace(
+            "TransactionPipeline(store)",
+            "TransactionPipeline(store, IntentLog(sys.argv[1] + '/intents.bin'))",
+        ).replace("import JsonDocument,", "import IntentLog, JsonDocument,")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    subprocess.run([sys.executable, "-c", FORGETFUL, str(tmp_path)], env=env,
-                   check=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env,
+                       capture_output=True, timeout=120)
+    assert r.returncode == 0 and not r.stderr, r.stderr.decode()
     with LocalJournalStore(tmp_path) as store:
         assert sorted(all_of(committed(store))) == [
             (t, i) for t in range(20) for i in range(size_of(t))]
+    if log:
+        assert IntentLog(tmp_path / "intents.bin").load() == []  # cleared by the last flush
 
 
 FORKING = textwrap.dedent("""
