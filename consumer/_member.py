@@ -40,13 +40,15 @@ from typing import TYPE_CHECKING, Any, Final, Self, final
 import mmh3
 import orjson
 
+from journal import CloseAtExit
+
 from ._errors import EtcdError, FencedError, StoreError
 from ._etcd import EtcdClient, Watch
 from ._group import DEFAULT_ETCD_PREFIX, GroupView, ShardGroup, quotas
 from ._interfaces import Application, check_application
 from ._json_store import JSONFileStore
 from ._sql_store import SQLiteStore
-from ._txn import ShardLoop
+from ._txn import EXIT_TIMEOUT, ShardLoop
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -202,6 +204,7 @@ class Member:
                                         daemon=True)
         self._watcher = threading.Thread(target=self._watch, daemon=True,
                                          name=f"exactly member {self.id} watch")
+        _MEMBERS.add(self)  # stopped at exit: it leaves the group then
         self._thread.start()
         self._watcher.start()
 
@@ -222,6 +225,7 @@ class Member:
         if thread.is_alive():
             raise TimeoutError(f"member {self.id} did not stop within {timeout} s")
         self._thread = None
+        _MEMBERS.discard(self)
         if self._owns_etcd:
             self._etcd.close()
 
@@ -516,3 +520,18 @@ class Member:
                 self._served.clear()
             self._lease = None
 
+
+def _stop_at_exit(member: Member) -> None:
+    """A member still serving when the interpreter exits: stop its shards
+    (each commits its open transaction) and leave the group, so that others
+    take its shards now rather than once its lease expires."""
+    try:
+        member.stop(EXIT_TIMEOUT)
+    except TimeoutError:
+        log.warning("member %s did not stop within %.0f s of the interpreter's exit",
+                    member.id, EXIT_TIMEOUT)
+
+
+#: The members serving in this process, stopped at exit: before their
+#: shards' registry and the journal clients' (see journal.CloseAtExit).
+_MEMBERS: Final = CloseAtExit(close=_stop_at_exit)

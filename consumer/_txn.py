@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Final
 
-from journal import JournalNotFoundError, TrackingClient, metrics
+from journal import CloseAtExit, JournalNotFoundError, TrackingClient, metrics
 from message import (
     Checkpoint,
     CommittedSource,
@@ -67,6 +67,10 @@ PRUNE_HORIZON: Final = datetime.timedelta(hours=24)
 TURN: Final = 256
 
 _ACK: Final = int(Flags.ACK_TXN)
+#: At interpreter exit, how long a shard still serving may take to commit
+#: its open transaction and stop (past it, the transaction is abandoned:
+#: the shard's next start reads it again).
+EXIT_TIMEOUT: Final = 10.0
 
 
 def _is_ack(env: Envelope) -> bool:
@@ -131,6 +135,7 @@ class ShardLoop:
     # -- control, from the runner's thread ------------------------------------
 
     def start(self) -> None:
+        _SERVING.add(self)  # stopped at exit, before the clients it uses close
         self._thread.start()
 
     def request_stop(self) -> None:
@@ -164,6 +169,7 @@ class ShardLoop:
         finally:
             self._shutdown()
             self.finished = True
+            _SERVING.discard(self)
             self._on_progress()
 
     def _serve(self) -> None:
@@ -442,6 +448,23 @@ class ShardLoop:
                 self._store.close()
             except Exception as exc:
                 log.warning("shard %s: closing its store failed: %s", self.spec.id, exc)
+
+
+def _stop_at_exit(loop: ShardLoop) -> None:
+    """A shard still serving when the interpreter exits (its runner never
+    stopped): commit its open transaction and stop it, before the journal
+    clients close under it."""
+    loop.request_stop()
+    loop.join(EXIT_TIMEOUT)
+    if not loop.finished:
+        log.warning("shard %s did not stop within %.0f s of the interpreter's exit: its"
+                    " open transaction is abandoned (read again at its next start)",
+                    loop.spec.id, EXIT_TIMEOUT)
+
+
+#: The shards serving in this process, stopped at exit. Made after the
+#: journal clients' registry, so closed before it (see journal.CloseAtExit).
+_SERVING: Final = CloseAtExit(close=_stop_at_exit)
 
 
 def _not_started(timeout: float | None) -> Envelope | None:

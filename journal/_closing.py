@@ -36,10 +36,11 @@ class Closing:
 
 class CloseAtExit:
     """The objects of one kind still open in this process, each closed when
-    the interpreter exits (its ``close()``; an error there is ignored) and
-    told in a child made by ``fork`` (``after_fork_in_child(obj)``, if
-    given). Background threads are daemons, so that a forgotten object
-    cannot hang the interpreter: closing it at exit finishes its work instead.
+    the interpreter exits (``close(obj)`` if given, else its ``close()``; an
+    error there is ignored) and told in a child made by ``fork``
+    (``after_fork_in_child(obj)``, if given). Background threads are
+    daemons, so that a forgotten object cannot hang the interpreter: closing
+    it at exit finishes its work instead.
 
     Registries close in the reverse order of their making. The clients'
     registry (``CLIENTS``) is made when the journal package is imported, so
@@ -47,9 +48,15 @@ class CloseAtExit:
     that imports journal, is closed before the clients are.
     """
 
-    def __init__(self, after_fork_in_child: Callable[[Any], None] | None = None) -> None:
+    def __init__(
+        self,
+        after_fork_in_child: Callable[[Any], None] | None = None,
+        *,
+        close: Callable[[Any], None] | None = None,
+    ) -> None:
         self._open: weakref.WeakSet[Any] = weakref.WeakSet()
         self._after_fork = after_fork_in_child
+        self._close = close
         atexit.register(self._close_all)
         if after_fork_in_child is not None and hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork_in_child)
@@ -63,9 +70,13 @@ class CloseAtExit:
         self._open.discard(obj)
 
     def _close_all(self) -> None:
+        close = self._close
         for obj in list(self._open):
             with contextlib.suppress(Exception):
-                obj.close()
+                if close is None:
+                    obj.close()
+                else:
+                    close(obj)
 
     def _after_fork_in_child(self) -> None:
         assert self._after_fork is not None

@@ -144,8 +144,10 @@ class LocalJournalStore(Closing):
         self._emitters = Emitters(self._real_root)  # what emits to each journal use
         self._closed = False
         CLIENTS.add(self)  # closed at exit
-        # A store dropped without close() must not leave its inotify thread behind.
-        weakref.finalize(self, self._watcher.close)
+        # A store dropped without close() must not leave its inotify thread
+        # behind. (Not at exit: the store is closed then, after what reads
+        # through it, see journal.CloseAtExit.)
+        weakref.finalize(self, self._watcher.close).atexit = False
 
     def __repr__(self) -> str:
         return f"LocalJournalStore({self.root!r})"
@@ -628,7 +630,7 @@ class LocalJournalStore(Closing):
         self._emitters = Emitters(self._real_root)  # (its lock may be held by a thread gone)
         self._watcher.forget_after_fork()
         self._watcher = Watcher()
-        weakref.finalize(self, self._watcher.close)
+        weakref.finalize(self, self._watcher.close).atexit = False
 
 
 def _initial_record() -> bytes:

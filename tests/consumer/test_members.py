@@ -618,3 +618,53 @@ def test_a_postgres_store_follows_its_shard_to_another_host(
             assert state.snapshot() == expected_state(want)
         finally:
             store.close()
+
+
+_FORGETFUL_MEMBER = """
+import sys, time
+from journal import LocalJournalStore
+from message import JsonDocument
+from consumer import Application, JSONFileStore, Member
+
+root, etcd, prefix = sys.argv[1], sys.argv[2], sys.argv[3]
+
+
+class Count(Application):
+    def new_store(self, shard):
+        return JSONFileStore(f"{root}/{shard.id}")
+
+    def new_message(self, spec):
+        return JsonDocument()
+
+    def consume_message(self, shard, store, envelope, publisher):
+        store.state["n"] = store.state.get("n", 0) + 1
+
+
+member = Member(LocalJournalStore(root + "/journals"), Count(), etcd, prefix=prefix,
+                lease_ttl=30, member_id="leaver")
+member.start()
+deadline = time.monotonic() + 60
+while len(member.serving) < 2 and time.monotonic() < deadline:
+    time.sleep(0.05)
+print("serving", member.serving, flush=True)
+# exits, the member still serving
+"""
+
+
+def test_a_member_left_serving_at_exit_leaves_the_group(
+        gazette_cluster: Any, group: ShardGroup, tmp_path: Path) -> None:
+    """A program that exits while its Member serves: the member stops its
+    shards and leaves the group then, so its claims are gone at once, not
+    when its lease (30 s here) expires, and nothing is reported as failed."""
+    with LocalJournalStore(tmp_path / "journals") as client:
+        for name in ("in/a", "in/b"):
+            client.create(name, NDJSON)
+    group.apply([ShardSpec("a", ["in/a"]), ShardSpec("b", ["in/b"])])
+    r = subprocess.run(
+        [sys.executable, "-c", _FORGETFUL_MEMBER, str(tmp_path), gazette_cluster.etcd_address,
+         group.prefix],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, timeout=120)
+    assert r.returncode == 0 and not r.stderr, r.stderr.decode()
+    assert r.stdout.decode().startswith("serving ('a', 'b')"), r.stdout.decode()
+    view = group.view()
+    assert not view.members and not view.claims, (view.members, view.claims)

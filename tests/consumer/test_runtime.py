@@ -29,6 +29,7 @@ from message import (
     JsonDocument,
     Publisher,
     ReadCommittedIter,
+    ReadUncommittedIter,
     modulo_mapping,
 )
 from tests.consumer_support import (
@@ -476,3 +477,77 @@ def test_shard_spec_keeps_sources_as_a_tuple() -> None:
     assert hash(spec) == hash(ShardSpec("a/b", ("x", "y")))
     shard = Shard(spec, MemoryJournalClient())
     assert shard.id == "a/b" and shard.spec is spec
+
+
+_FORGETFUL_RUNNER = """
+import sys, time
+from journal import LocalJournalStore
+from message import JsonDocument, modulo_mapping
+from consumer import Application, JSONFileStore, Runner, ShardSpec
+
+root, wait = sys.argv[1], sys.argv[2]
+store = LocalJournalStore(root + "/journals")
+out = store.get("out")
+to_out = modulo_mapping(lambda d: "k", lambda: [out])
+
+
+class Copy(Application):
+    def new_store(self, shard):
+        return JSONFileStore(root + "/state")
+
+    def new_message(self, spec):
+        return JsonDocument()
+
+    def consume_message(self, shard, store, envelope, publisher):
+        store.state["n"] = store.state.get("n", 0) + 1
+        publisher.publish_uncommitted(to_out, JsonDocument(n=envelope.message["n"]))
+
+
+runner = Runner(store, Copy(), [ShardSpec("copy", sources=["in"], max_txn_duration=60)])
+if wait == "idle":
+    runner.run_until_idle(timeout=60)  # (it goes on serving)
+    time.sleep(0.2)
+else:  # in its first transaction (of up to 60 s), publishing
+    runner.start()
+    deadline = time.monotonic() + 60
+    while store.head("out") < 100_000 and time.monotonic() < deadline:
+        time.sleep(0.01)
+# exits, the runner still serving
+"""
+
+
+@pytest.mark.parametrize("wait", ["busy", "idle"], ids=["in a transaction", "idle"])
+def test_a_runner_left_serving_at_exit_commits_and_stops(tmp_path: Path, wait: str) -> None:
+    """A program that exits while its Runner serves: the shard commits its
+    open transaction and stops before the journal clients close under it,
+    so nothing is left pending downstream and no error is reported (an
+    idle shard's reader used to end with 'was the journal client
+    closed?', and an open transaction was abandoned)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    n = 30_000
+    with LocalJournalStore(tmp_path / "journals") as store:
+        src = store.create("in", NDJSON)
+        store.create("out", NDJSON)
+        pub = Publisher(store)
+        to_in = modulo_mapping(lambda d: "k", lambda: [src])
+        for i in range(n):
+            pub.publish_committed(to_in, JsonDocument(n=i))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    r = subprocess.run([sys.executable, "-c", _FORGETFUL_RUNNER, str(tmp_path), wait],
+                       env=env, capture_output=True, timeout=120)
+    assert r.returncode == 0 and not r.stderr, r.stderr.decode()
+    with LocalJournalStore(tmp_path / "journals") as store:
+        def data(it: Any) -> list[int]:
+            return [e.message["n"] for e in it if "n" in e.message]
+
+        committed = data(ReadCommittedIter(store, "out", lambda _s: JsonDocument()))
+        written = data(ReadUncommittedIter(store, "out", lambda _s: JsonDocument()))
+    saved = json.loads(max((tmp_path / "state").iterdir()).read_bytes())
+    assert committed == written == list(range(len(committed)))  # none pending
+    assert committed and saved["state"] == {"n": len(committed)}
+    if wait == "idle":
+        assert len(committed) == n
