@@ -533,5 +533,6 @@ def _stop_at_exit(member: Member) -> None:
 
 
 #: The members serving in this process, stopped at exit: before their
-#: shards' registry and the journal clients' (see journal.CloseAtExit).
-_MEMBERS: Final = CloseAtExit(close=_stop_at_exit)
+#: shards' registry and the journal clients' (see journal.CloseAtExit). A
+#: child made by fork has none (their threads and etcd channel are the parent's).
+_MEMBERS: Final = CloseAtExit(close=_stop_at_exit, forget_in_child=True)

@@ -464,7 +464,8 @@ def _stop_at_exit(loop: ShardLoop) -> None:
 
 #: The shards serving in this process, stopped at exit. Made after the
 #: journal clients' registry, so closed before it (see journal.CloseAtExit).
-_SERVING: Final = CloseAtExit(close=_stop_at_exit)
+#: A child made by fork has none (their threads are the parent's).
+_SERVING: Final = CloseAtExit(close=_stop_at_exit, forget_in_child=True)
 
 
 def _not_started(timeout: float | None) -> Envelope | None:

@@ -37,10 +37,12 @@ class Closing:
 class CloseAtExit:
     """The objects of one kind still open in this process, each closed when
     the interpreter exits (``close(obj)`` if given, else its ``close()``; an
-    error there is ignored) and told in a child made by ``fork``
-    (``after_fork_in_child(obj)``, if given). Background threads are
-    daemons, so that a forgotten object cannot hang the interpreter: closing
-    it at exit finishes its work instead.
+    error there is ignored). In a child made by ``fork``, each is told
+    (``after_fork_in_child(obj)``, if given), then forgotten if
+    ``forget_in_child`` (objects whose threads are the parent's: closing
+    them is the parent's business). Background threads are daemons, so that
+    a forgotten object cannot hang the interpreter: closing it at exit
+    finishes its work instead.
 
     Registries close in the reverse order of their making. The clients'
     registry (``CLIENTS``) is made when the journal package is imported, so
@@ -53,12 +55,15 @@ class CloseAtExit:
         after_fork_in_child: Callable[[Any], None] | None = None,
         *,
         close: Callable[[Any], None] | None = None,
+        forget_in_child: bool = False,
     ) -> None:
         self._open: weakref.WeakSet[Any] = weakref.WeakSet()
         self._after_fork = after_fork_in_child
         self._close = close
+        self._forget_in_child = forget_in_child
         atexit.register(self._close_all)
-        if after_fork_in_child is not None and hasattr(os, "register_at_fork"):
+        if (after_fork_in_child is not None or forget_in_child) and \
+                hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._after_fork_in_child)
 
     def add(self, obj: Any) -> None:
@@ -79,9 +84,11 @@ class CloseAtExit:
                     close(obj)
 
     def _after_fork_in_child(self) -> None:
-        assert self._after_fork is not None
-        for obj in list(self._open):
-            self._after_fork(obj)
+        if self._after_fork is not None:
+            for obj in list(self._open):
+                self._after_fork(obj)
+        if self._forget_in_child:
+            self._open = weakref.WeakSet()
 
 
 def _client_after_fork(client: Any) -> None:

@@ -369,9 +369,9 @@ def _after_fork_in_child(pipeline: TransactionPipeline) -> None:
 
 #: The pipelines not yet closed, closed at exit (before the clients they
 #: write through: see journal.CloseAtExit). In a child made by ``fork``,
-#: each is marked unusable there (its committer thread is the parent's):
-#: closing it at the child's exit raises at once, and is ignored.
-_OPEN: CloseAtExit = CloseAtExit(_after_fork_in_child)
+#: each is marked unusable there (its committer thread is the parent's) and
+#: forgotten: the child's exit does not close it.
+_OPEN: CloseAtExit = CloseAtExit(_after_fork_in_child, forget_in_child=True)
 
 
 def _durable(acks: list[Future[AppendResult]]) -> bool:

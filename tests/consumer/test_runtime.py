@@ -551,3 +551,49 @@ def test_a_runner_left_serving_at_exit_commits_and_stops(tmp_path: Path, wait: s
     assert committed and saved["state"] == {"n": len(committed)}
     if wait == "idle":
         assert len(committed) == n
+
+
+_FORKING_RUNNER = _FORGETFUL_RUNNER.split("runner = Runner")[0] + """
+import os
+from message import Publisher
+runner = Runner(store, Copy(), [ShardSpec("copy", sources=["in"], max_txn_duration=0.01)])
+runner.run_until_idle(timeout=60)
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)  # a normal exit of the child: the parent's shards are not its own
+_, status = os.waitpid(pid, 0)
+to_in = modulo_mapping(lambda d: "k", lambda: [store.get("in")])
+pub = Publisher(store)
+for i in range(1000, 2000):
+    pub.publish_committed(to_in, JsonDocument(n=i))
+store.flush()
+runner.run_until_idle(timeout=60)
+runner.stop()
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_child_made_by_fork_leaves_the_parents_shards_alone(tmp_path: Path) -> None:
+    """A child forked from a process whose runner serves exits at once and
+    quietly (it neither stops nor waits for shards whose threads are the
+    parent's), and the parent's runner goes on."""
+    import os
+    import subprocess
+    import sys
+
+    with LocalJournalStore(tmp_path / "journals") as store:
+        src = store.create("in", NDJSON)
+        store.create("out", NDJSON)
+        pub = Publisher(store)
+        to_in = modulo_mapping(lambda d: "k", lambda: [src])
+        for i in range(1000):
+            pub.publish_committed(to_in, JsonDocument(n=i))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    r = subprocess.run([sys.executable, "-c", _FORKING_RUNNER, str(tmp_path), "fork"],
+                       env=env, capture_output=True, timeout=120)
+    assert r.returncode == 0 and not r.stderr, r.stderr.decode()
+    assert r.stdout.decode().split() == ["0"]
+    with LocalJournalStore(tmp_path / "journals") as store:
+        out = [e.message["n"] for e in ReadCommittedIter(store, "out", lambda _s: JsonDocument())
+               if "n" in e.message]
+    assert out == list(range(2000))
