@@ -521,18 +521,19 @@ class Member:
             self._lease = None
 
 
-def _stop_at_exit(member: Member) -> None:
-    """A member still serving when the interpreter exits: stop its shards
-    (each commits its open transaction) and leave the group, so that others
-    take its shards now rather than once its lease expires."""
-    try:
-        member.stop(EXIT_TIMEOUT)
-    except TimeoutError:
-        log.warning("member %s did not stop within %.0f s of the interpreter's exit",
-                    member.id, EXIT_TIMEOUT)
+def _stop_at_exit(members: list[Member]) -> None:
+    """Members still serving when the interpreter exits: each stops its
+    shards (they commit their open transactions) and leaves the group, so
+    that others take its shards now rather than once its lease expires."""
+    for member in members:
+        try:
+            member.stop(EXIT_TIMEOUT)
+        except Exception as exc:  # the next member is stopped all the same
+            log.warning("member %s did not stop cleanly at the interpreter's exit: %s",
+                        member.id, exc)
 
 
 #: The members serving in this process, stopped at exit: before their
 #: shards' registry and the journal clients' (see journal.CloseAtExit). A
 #: child made by fork has none (their threads and etcd channel are the parent's).
-_MEMBERS: Final = CloseAtExit(close=_stop_at_exit, forget_in_child=True)
+_MEMBERS: Final = CloseAtExit(close_all=_stop_at_exit, forget_in_child=True)

@@ -450,22 +450,25 @@ class ShardLoop:
                 log.warning("shard %s: closing its store failed: %s", self.spec.id, exc)
 
 
-def _stop_at_exit(loop: ShardLoop) -> None:
-    """A shard still serving when the interpreter exits (its runner never
-    stopped): commit its open transaction and stop it, before the journal
-    clients close under it."""
-    loop.request_stop()
-    loop.join(EXIT_TIMEOUT)
-    if not loop.finished:
-        log.warning("shard %s did not stop within %.0f s of the interpreter's exit: its"
-                    " open transaction is abandoned (read again at its next start)",
-                    loop.spec.id, EXIT_TIMEOUT)
+def _stop_at_exit(loops: list[ShardLoop]) -> None:
+    """Shards still serving when the interpreter exits (their runner never
+    stopped): each commits its open transaction and stops, all within
+    EXIT_TIMEOUT, before the journal clients close under them."""
+    for loop in loops:
+        loop.request_stop()
+    deadline = time.monotonic() + EXIT_TIMEOUT
+    for loop in loops:
+        loop.join(max(0.0, deadline - time.monotonic()))
+        if not loop.finished:
+            log.warning("shard %s did not stop within %.0f s of the interpreter's exit: its"
+                        " open transaction is abandoned (read again at its next start)",
+                        loop.spec.id, EXIT_TIMEOUT)
 
 
 #: The shards serving in this process, stopped at exit. Made after the
 #: journal clients' registry, so closed before it (see journal.CloseAtExit).
 #: A child made by fork has none (their threads are the parent's).
-_SERVING: Final = CloseAtExit(close=_stop_at_exit, forget_in_child=True)
+_SERVING: Final = CloseAtExit(close_all=_stop_at_exit, forget_in_child=True)
 
 
 def _not_started(timeout: float | None) -> Envelope | None:

@@ -35,12 +35,12 @@ class Closing:
 
 
 class CloseAtExit:
-    """The objects of one kind still open in this process, each closed when
-    the interpreter exits (``close(obj)`` if given, else its ``close()``; an
-    error there is ignored). In a child made by ``fork``, each is told
-    (``after_fork_in_child(obj)``, if given), then forgotten if
-    ``forget_in_child`` (objects whose threads are the parent's: closing
-    them is the parent's business). Background threads are daemons, so that
+    """The objects of one kind still open in this process, closed when the
+    interpreter exits (each by its ``close()``, or all at once by
+    ``close_all(objects)`` if given; an error there is ignored). In a child
+    made by ``fork``, each is told (``after_fork_in_child(obj)``, if given),
+    then forgotten if ``forget_in_child`` (objects whose threads are the
+    parent's: closing them is the parent's business). Background threads are daemons, so that
     a forgotten object cannot hang the interpreter: closing it at exit
     finishes its work instead.
 
@@ -54,12 +54,12 @@ class CloseAtExit:
         self,
         after_fork_in_child: Callable[[Any], None] | None = None,
         *,
-        close: Callable[[Any], None] | None = None,
+        close_all: Callable[[list[Any]], None] | None = None,
         forget_in_child: bool = False,
     ) -> None:
         self._open: weakref.WeakSet[Any] = weakref.WeakSet()
         self._after_fork = after_fork_in_child
-        self._close = close
+        self._close_all_of = close_all
         self._forget_in_child = forget_in_child
         atexit.register(self._close_all)
         if (after_fork_in_child is not None or forget_in_child) and \
@@ -75,13 +75,14 @@ class CloseAtExit:
         self._open.discard(obj)
 
     def _close_all(self) -> None:
-        close = self._close
-        for obj in list(self._open):
+        objects = list(self._open)
+        if self._close_all_of is not None:
             with contextlib.suppress(Exception):
-                if close is None:
-                    obj.close()
-                else:
-                    close(obj)
+                self._close_all_of(objects)
+            return
+        for obj in objects:
+            with contextlib.suppress(Exception):
+                obj.close()
 
     def _after_fork_in_child(self) -> None:
         if self._after_fork is not None:

@@ -597,3 +597,34 @@ def test_a_child_made_by_fork_leaves_the_parents_shards_alone(tmp_path: Path) ->
         out = [e.message["n"] for e in ReadCommittedIter(store, "out", lambda _s: JsonDocument())
                if "n" in e.message]
     assert out == list(range(2000))
+
+
+def test_a_shard_stuck_at_exit_does_not_hold_the_exit(tmp_path: Path) -> None:
+    """A shard whose application never returns: at exit it is asked to stop,
+    and given 10 s, after which the process exits anyway, saying so; its
+    transaction is abandoned (nothing committed, read again next start)."""
+    import os
+    import subprocess
+    import sys
+
+    with LocalJournalStore(tmp_path / "journals") as store:
+        src = store.create("in", NDJSON)
+        store.create("out", NDJSON)
+        Publisher(store).publish_committed(modulo_mapping(lambda d: "k", lambda: [src]),
+                                           JsonDocument(n=0))
+    script = _FORGETFUL_RUNNER.replace(
+        "        store.state[\"n\"] =",
+        "        open(root + '/stuck', 'w').close()\n"
+        "        time.sleep(3600)\n"
+        "        store.state[\"n\"] =",
+    ).replace('while store.head("out") < 100_000',
+              'while not __import__("os").path.exists(root + "/stuck")')
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    began = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", script, str(tmp_path), "busy"],
+                       env=env, capture_output=True, timeout=120)
+    took = time.monotonic() - began
+    assert r.returncode == 0 and 9 < took < 60, (took, r.stderr.decode())
+    assert b"shard copy did not stop within 10 s" in r.stderr, r.stderr.decode()
+    with LocalJournalStore(tmp_path / "journals") as store:
+        assert list(ReadUncommittedIter(store, "out", lambda _s: JsonDocument())) == []
