@@ -67,6 +67,11 @@ class IntentLog:
     single call (``journal.durable.overwrite_synced``). A file removed or
     replaced meanwhile is opened again. :meth:`close` closes it (a log no
     longer referenced closes it too).
+
+    One log holds the commits of one producer at a time: two processes, or
+    a process and a child it made by ``fork`` (which shares the open file),
+    saving to one log overwrite each other's intents. A child makes a log
+    of its own, at a path of its own.
     """
 
     #: The first bytes of a log's line.

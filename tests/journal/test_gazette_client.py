@@ -668,3 +668,37 @@ def test_transaction_pipeline_left_open_at_exit_on_the_cluster(
         )
         assert not c.list(f"name={gazette_prefix}intents")  # the last flush cleared the log
     assert got == [(t, i) for t in range(20) for i in range(1 + t % 5)]
+
+
+_FORGETFUL_APPENDER = """
+import sys
+from journal import GazetteClient
+
+client = GazetteClient(sys.argv[1])
+for i in range(20_000):
+    client.append(sys.argv[2], b'{"i": %d}\\n' % i)  # never waited for
+# exits without flushing or closing the client
+"""
+
+
+def test_appends_still_queued_at_exit_are_written_to_the_cluster(
+    gazette_cluster: Any, gazette_prefix: str
+) -> None:
+    """A program that exits with appends still queued and its client open:
+    the client is closed at exit and every queued append reaches the
+    brokers, in order, before the process ends."""
+    import subprocess
+    import sys
+
+    name = f"{gazette_prefix}forgetful"
+    with GazetteClient(gazette_cluster.address) as c:
+        c.create(name, NDJSON)
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run(
+        [sys.executable, "-c", _FORGETFUL_APPENDER, gazette_cluster.address, name],
+        env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, timeout=120,
+    )
+    assert r.returncode == 0 and not r.stderr, r.stderr.decode()
+    with GazetteClient(gazette_cluster.address) as c, c.read(name) as reader:
+        lines = reader.read().splitlines()
+    assert lines == [b'{"i": %d}' % i for i in range(20_000)]

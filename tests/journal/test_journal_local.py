@@ -1352,3 +1352,31 @@ def test_parse_duration_reads_what_people_and_gazette_write() -> None:
     for bad in ("", "-1", "soon", "1x", "nan", "inf", "1e3", "15m x", "m"):
         with pytest.raises(ValueError, match="not a duration"):
             parse_duration(bad)
+
+
+_FORGETFUL_APPENDER = """
+import sys
+from journal import LocalJournalStore
+
+store = LocalJournalStore(sys.argv[1])
+store.create("j", {"content-type": "application/x-ndjson"})
+for i in range(50_000):
+    store.append("j", b'{"i": %d}\\n' % i)  # never waited for
+# exits without flushing or closing the store
+"""
+
+
+def test_appends_still_queued_at_exit_are_written(tmp_path: Path) -> None:
+    """A program that exits with appends still queued and its store open:
+    the store is closed at exit and every queued append is written, in
+    order, before the process ends."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _FORGETFUL_APPENDER, str(tmp_path)],
+                       capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).resolve().parents[2])
+    assert r.returncode == 0 and not r.stderr, r.stderr
+    with LocalJournalStore(tmp_path) as store, store.read("j") as reader:
+        lines = reader.read().splitlines()
+    assert lines == [b'{"i": %d}' % i for i in range(50_000)]
