@@ -219,9 +219,11 @@ class Member:
         watch = self._watching
         if watch is not None:
             watch.cancel()
+        deadline = None if timeout is None else time.monotonic() + timeout
         thread.join(timeout)
         if self._watcher is not None:
-            self._watcher.join(timeout)
+            self._watcher.join(None if deadline is None
+                               else max(0.0, deadline - time.monotonic()))
         if thread.is_alive():
             raise TimeoutError(f"member {self.id} did not stop within {timeout} s")
         self._thread = None
@@ -524,10 +526,12 @@ class Member:
 def _stop_at_exit(members: list[Member]) -> None:
     """Members still serving when the interpreter exits: each stops its
     shards (they commit their open transactions) and leaves the group, so
-    that others take its shards now rather than once its lease expires."""
+    that others take its shards now rather than once its lease expires;
+    all within EXIT_TIMEOUT."""
+    deadline = time.monotonic() + EXIT_TIMEOUT
     for member in members:
         try:
-            member.stop(EXIT_TIMEOUT)
+            member.stop(max(0.0, deadline - time.monotonic()))
         except Exception as exc:  # the next member is stopped all the same
             log.warning("member %s did not stop cleanly at the interpreter's exit: %s",
                         member.id, exc)
