@@ -702,3 +702,52 @@ def test_appends_still_queued_at_exit_are_written_to_the_cluster(
     with GazetteClient(gazette_cluster.address) as c, c.read(name) as reader:
         lines = reader.read().splitlines()
     assert lines == [b'{"i": %d}' % i for i in range(20_000)]
+
+
+_FORKING_CLIENT = """
+import os, sys
+from journal import GazetteClient
+
+client = GazetteClient(sys.argv[1])
+name = sys.argv[2]
+client.append(name, b'{"who": "parent", "i": 0}\\n').result()
+pid = os.fork()
+if pid == 0:
+    # the child: the parent's client, its channels remade here
+    for i in range(100):
+        client.append(name, b'{"who": "child", "i": %d}\\n' % i)
+    client.flush()
+    with client.read(name) as r:
+        print("child read", len(r.read().splitlines()), flush=True)
+    sys.exit(0)
+_, status = os.waitpid(pid, 0)
+for i in range(1, 101):
+    client.append(name, b'{"who": "parent", "i": %d}\\n' % i)
+client.flush()
+print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+def test_a_forked_child_uses_the_parents_client(
+    gazette_cluster: Any, gazette_prefix: str
+) -> None:
+    """A child made by fork appends and reads through the client its parent
+    made (and used): its gRPC channels are made again in the child, and
+    the parent's go on working after the child is gone."""
+    import subprocess
+    import sys
+
+    name = f"{gazette_prefix}forked"
+    with GazetteClient(gazette_cluster.address) as c:
+        c.create(name, NDJSON)
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run(
+        [sys.executable, "-c", _FORKING_CLIENT, gazette_cluster.address, name],
+        env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, timeout=120,
+    )
+    assert r.returncode == 0 and not r.stderr, r.stderr.decode()
+    assert r.stdout.decode().split("\n")[:2] == ["child read 101", "child exit 0"], r.stdout
+    with GazetteClient(gazette_cluster.address) as c, c.read(name) as reader:
+        docs = [orjson.loads(line) for line in reader.read().splitlines()]
+    assert [d["i"] for d in docs if d["who"] == "child"] == list(range(100))
+    assert [d["i"] for d in docs if d["who"] == "parent"] == list(range(101))
