@@ -25,6 +25,7 @@ from ._write import (
     _last_record,
     _unb64,
     _unreported_rollbacks,
+    begin_ending,
     end_job,
 )
 
@@ -89,6 +90,7 @@ def commit_stream_batch(
     was committed now."""
     messages = list(messages)
     job = sink_job(sink_id)
+    begin_ending(client, job)  # attempts still writing roll back themselves
     state = _SinkState(client, sink_id)
     state.recover()
     last = state.last_batch()

@@ -25,6 +25,20 @@ job. Attempts Spark ran twice (speculation) count once: only the intents of
 the attempt Spark reports are written. An attempt that starts after its job
 ended finds no attempts journal and fails (``JobEndedError``).
 
+An attempt can also still be publishing when the driver ends its job (Spark
+cancels the running tasks of a failed job without waiting for them, and a
+speculation loser runs on): the driver's roll-back ACK then lands between
+its messages, and those after it would stay an open transaction. So the
+driver first records that the job is ending (``begin_ending``), then reads
+the roll-backs; an attempt, once its messages are durable, looks for that
+record (or the job's end) after where the job's records stood when it
+started, and if it is there, rolls back itself — after all of its messages
+— and fails with ``JobEndedError``. An attempt that looked before the
+driver's record has all its messages before the driver's roll-backs. What
+no protocol here can reach is an attempt killed (SIGKILL) after the
+driver's roll-back while it still publishes: its later messages stay an
+open transaction, as a crashed producer's do.
+
 Streaming sinks also remember, per sink, the last micro-batch they
 committed, so that a batch Spark replays after a restart is rolled back
 instead of committed twice.
@@ -43,6 +57,7 @@ it (HDFS, S3) without Hadoop's clients.
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -309,6 +324,9 @@ def publish_rows(
         for batch in batches:
             attempt.publish(batch)
         store.flush()  # every message durable before its ACK can be written
+        # Durable, so the driver's roll-back, if it ends the job after this
+        # check, lands after all of them; if it is ending already, roll back.
+        attempt.check_job_goes_on()
         intents = attempt.publisher.build_ack_intents()
     except BaseException:
         try:
@@ -338,6 +356,7 @@ class _Attempt:
         self.clock = Clock()
         self.publisher = Publisher(store, clock=self.clock)
         self.record = None if job is None else attempts_journal(job)
+        self.record_from = 0  # the job's records from here on are this attempt's time
         self.rollbacks: dict[str, bytes] = {}  # per journal, the ACK that rolls this attempt back
         self.count = 0
         self.content_type: str | None = None
@@ -348,9 +367,24 @@ class _Attempt:
     def check_job(self) -> None:
         if self.record is not None:
             try:
-                self.store.get(self.record)
+                self.record_from = self.store.head(self.record)
             except JournalNotFoundError:
                 raise JobEndedError(f"write job {self.job} has ended") from None
+
+    def check_job_goes_on(self) -> None:
+        """Raise JobEndedError if the driver began to end the job (commit or
+        abort) since this attempt started: it then writes the roll-backs of
+        what it does not commit, maybe before some of this attempt's
+        messages, which only the attempt's own roll-back can follow."""
+        if self.record is None:
+            return
+        try:
+            with self.store.read(self.record, self.record_from) as r:
+                data = read_all(r)
+        except JournalNotFoundError:
+            raise JobEndedError(f"write job {self.job} has ended") from None
+        if _ENDING in data or _ENDED in data:
+            raise JobEndedError(f"write job {self.job} ended while this attempt wrote")
 
     def publish(self, batch: pa.RecordBatch) -> None:
         if self.mapping is None:
@@ -434,8 +468,9 @@ class _Attempt:
     def roll_back(self) -> None:
         write_intents(self.store, [AckIntent(j, b) for j, b in self.rollbacks.items()])
         if self.record is not None and self.rollbacks:
-            # Rolled back: nothing left to the driver.
-            _record_rollbacks(self.store, self.record, self.publisher.producer_id, {})
+            # Rolled back: nothing left to the driver (if it still reads).
+            with contextlib.suppress(JobEndedError):
+                _record_rollbacks(self.store, self.record, self.publisher.producer_id, {})
 
 
 def _record_rollbacks(
@@ -487,6 +522,24 @@ def _unreported_rollbacks(
     return out
 
 
+#: The driver's records in a job's attempts journal: it begins to end the
+#: job (attempts that see it roll back themselves), and, in a streaming
+#: sink's journal kept across micro-batches, it ended one.
+_ENDING: Final = b'{"ending":true}'
+_ENDED: Final = b'{"end":true}'
+
+
+def begin_ending(client: JournalClient, job: str | None) -> None:
+    """Tell the job's attempts still running that it ends (before reading
+    their roll-backs): each sees it at the end of its rows and rolls back
+    itself, after all of its messages, so that none is left past the
+    roll-backs the driver writes."""
+    if job is None:
+        return
+    with contextlib.suppress(JournalNotFoundError):
+        client.append(attempts_journal(job), _ENDING + b"\n").result()
+
+
 def end_job(client: JournalStore, job: str | None, *, keep: bool = False) -> None:
     """Forget the job's attempt records (all rolled back or committed): remove
     its attempts journal, or, to ``keep`` it (a streaming sink's), mark what
@@ -496,7 +549,7 @@ def end_job(client: JournalStore, job: str | None, *, keep: bool = False) -> Non
     name = attempts_journal(job)
     try:
         if keep:
-            _append_record(client, name, {"end": True})
+            client.append(name, _ENDED + b"\n").result()
         else:
             client.delete(name)
     except JournalNotFoundError:
@@ -515,6 +568,7 @@ def commit_job(
     ACK intents were written to commit."""
     messages = list(messages)
     intents = _intents(messages, "intents")
+    begin_ending(client, job)
     rollbacks = _unreported_rollbacks(client, job, messages)
     if len({i.journal for i in intents}) == 1:
         # One append is atomic (JournalClient.append): the intents of a job
@@ -537,6 +591,7 @@ def abort_job(
     """Roll back the transactions of the job's attempts, those that reported
     and those that recorded theirs; returns how many roll-backs were written."""
     messages = list(messages)
+    begin_ending(client, job)
     rollbacks = _intents(messages, "rollbacks") + _unreported_rollbacks(client, job, messages)
     write_intents(client, rollbacks)
     end_job(client, job, keep=keep)

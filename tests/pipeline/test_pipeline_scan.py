@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -487,6 +488,47 @@ def test_the_driver_rolls_back_attempts_killed_mid_write(tmp_path: Path, outcome
         with pytest.raises(JobEndedError):
             publish_rows(target, batches(5, start=70), store, job="job-1")
         assert not open_transactions(store, "out")
+
+
+@pytest.mark.parametrize("outcome", ["commit", "abort", "micro-batch"])
+def test_an_attempt_still_publishing_when_its_job_ends_rolls_itself_back(
+    tmp_path: Path, outcome: str
+) -> None:
+    """An attempt Spark no longer waits for (a task of a failed job, being
+    cancelled; a speculation loser) that publishes on after the driver
+    wrote its roll-back: the driver's roll-back ACK lands between its
+    messages, and the rest would stay an open transaction. At the end of
+    its rows the attempt sees that its job is ending, rolls back itself,
+    and fails (JobEndedError): no open transaction is left. A streaming
+    sink's next micro-batch writes as before."""
+    root = str(tmp_path)
+    target = Target(root, journal="out")
+    job = sink_job("s1") if outcome == "micro-batch" else "job-1"
+    with LocalJournalStore(root) as store:
+        store.create("out", NDJSON)
+        start_job(store, job)
+        kept = publish_rows(target, batches(3), store, job=job)
+
+        def zombie() -> Iterator[pa.RecordBatch]:
+            yield from batches(2, start=50)
+            store.flush()  # its first rows durable, and recorded for the driver
+            if outcome == "commit":
+                commit_job(store, [kept], job)
+            elif outcome == "abort":
+                abort_job(store, [kept], job)
+            else:
+                assert commit_stream_batch(store, "s1", 0, [kept])
+            yield from batches(2, start=60)  # published after the driver's roll-back
+
+        with pytest.raises(JobEndedError):
+            publish_rows(target, zombie(), store, job=job)
+        assert committed_ns(store, "out") == ([] if outcome == "abort" else [0, 1, 2])
+        assert not open_transactions(store, "out")
+        if outcome == "micro-batch":
+            following = publish_rows(target, batches(2, start=80), store, job=job)
+            assert commit_stream_batch(store, "s1", 1, [following])
+            assert committed_ns(store, "out") == [0, 1, 2, 80, 81]
+            assert not open_transactions(store, "out")
 
 
 def test_a_streaming_sink_rolls_back_attempts_that_did_not_report(tmp_path: Path) -> None:
