@@ -48,7 +48,7 @@ from ._group import DEFAULT_ETCD_PREFIX, GroupView, ShardGroup, quotas
 from ._interfaces import Application, check_application
 from ._json_store import JSONFileStore
 from ._sql_store import SQLiteStore
-from ._txn import EXIT_TIMEOUT, ShardLoop
+from ._txn import ShardLoop, exit_deadline
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -527,8 +527,8 @@ def _stop_at_exit(members: list[Member]) -> None:
     """Members still serving when the interpreter exits: each stops its
     shards (they commit their open transactions) and leaves the group, so
     that others take its shards now rather than once its lease expires;
-    all within EXIT_TIMEOUT."""
-    deadline = time.monotonic() + EXIT_TIMEOUT
+    all within EXIT_TIMEOUT (with the shards stopped after them)."""
+    deadline = exit_deadline()
     for member in members:
         try:
             member.stop(max(0.0, deadline - time.monotonic()))

@@ -71,6 +71,16 @@ _ACK: Final = int(Flags.ACK_TXN)
 #: its open transaction and stop (past it, the transaction is abandoned:
 #: the shard's next start reads it again).
 EXIT_TIMEOUT: Final = 10.0
+_exit_deadline: list[float] = []  # set when the first of them is stopped at exit
+
+
+def exit_deadline() -> float:
+    """When what the consumer package stops at interpreter exit (members,
+    then shards) must be done: EXIT_TIMEOUT after the first was asked to
+    stop, one bound for them all."""
+    if not _exit_deadline:
+        _exit_deadline.append(time.monotonic() + EXIT_TIMEOUT)
+    return _exit_deadline[0]
 
 
 def _is_ack(env: Envelope) -> bool:
@@ -456,7 +466,7 @@ def _stop_at_exit(loops: list[ShardLoop]) -> None:
     EXIT_TIMEOUT, before the journal clients close under them."""
     for loop in loops:
         loop.request_stop()
-    deadline = time.monotonic() + EXIT_TIMEOUT
+    deadline = exit_deadline()
     for loop in loops:
         loop.join(max(0.0, deadline - time.monotonic()))
         if not loop.finished:
