@@ -523,6 +523,17 @@ def test_gazette_doc_example_runs(gazette_cluster: Any, tmp_path: Path) -> None:
         assert f"embedded: {pages}" in r.stdout and f"cluster:  {pages}" in r.stdout
 
 
+def run_python(script: str, *args: str) -> Any:
+    """``script`` run by this interpreter in a process of its own, with the
+    project importable; its CompletedProcess (output captured as bytes)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", script, *args],
+                          env={**os.environ, "PYTHONPATH": str(ROOT)},
+                          capture_output=True, timeout=120)
+
+
 _CRASHING_TXN = """
 import os, signal, sys
 from journal import GazetteClient
@@ -551,21 +562,14 @@ def test_transaction_intents_recovered_after_sigkill(
     """A producer SIGKILLed after saving its ACK intents, having written none
     or one of them: IntentLog.recover on the cluster commits the whole
     transaction, each message read committed exactly once."""
-    import subprocess
-    import sys
-
     from message import IntentLog
 
     with GazetteClient(gazette_cluster.address) as c:
         for i in range(2):
             c.create(f"{gazette_prefix}part-{i}", NDJSON)
     log_path = tmp_path / "intents.json"
-    root = Path(__file__).resolve().parents[2]
-    r = subprocess.run(
-        [sys.executable, "-c", _CRASHING_TXN, gazette_cluster.address, gazette_prefix,
-         str(log_path), str(written)],
-        env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, timeout=120,
-    )
+    r = run_python(_CRASHING_TXN, gazette_cluster.address, gazette_prefix,
+                   str(log_path), str(written))
     assert r.returncode == -9, r.stderr.decode()
     parts = [f"{gazette_prefix}part-{i}" for i in range(2)]
 
@@ -641,9 +645,6 @@ def test_transaction_pipeline_left_open_at_exit_on_the_cluster(
     the pipeline is closed before the client (its last commits go through
     the client), whichever package the program imported first, so every
     transaction that ended is read committed, once."""
-    import subprocess
-    import sys
-
     with GazetteClient(gazette_cluster.address) as c:
         for i in range(2):
             c.create(f"{gazette_prefix}part-{i}", NDJSON)
@@ -653,11 +654,7 @@ def test_transaction_pipeline_left_open_at_exit_on_the_cluster(
     ]
     script = _FORGETFUL_PIPELINE.replace(
         "IMPORTS", "\n".join(imports[::-1] if message_first else imports))
-    root = Path(__file__).resolve().parents[2]
-    r = subprocess.run(
-        [sys.executable, "-c", script, gazette_cluster.address, gazette_prefix],
-        env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, timeout=120,
-    )
+    r = run_python(script, gazette_cluster.address, gazette_prefix)
     assert r.returncode == 0 and not r.stderr, r.stderr.decode()
     with GazetteClient(gazette_cluster.address) as c:
         got = sorted(
@@ -687,17 +684,10 @@ def test_appends_still_queued_at_exit_are_written_to_the_cluster(
     """A program that exits with appends still queued and its client open:
     the client is closed at exit and every queued append reaches the
     brokers, in order, before the process ends."""
-    import subprocess
-    import sys
-
     name = f"{gazette_prefix}forgetful"
     with GazetteClient(gazette_cluster.address) as c:
         c.create(name, NDJSON)
-    root = Path(__file__).resolve().parents[2]
-    r = subprocess.run(
-        [sys.executable, "-c", _FORGETFUL_APPENDER, gazette_cluster.address, name],
-        env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, timeout=120,
-    )
+    r = run_python(_FORGETFUL_APPENDER, gazette_cluster.address, name)
     assert r.returncode == 0 and not r.stderr, r.stderr.decode()
     with GazetteClient(gazette_cluster.address) as c, c.read(name) as reader:
         lines = reader.read().splitlines()
@@ -734,17 +724,10 @@ def test_a_forked_child_uses_the_parents_client(
     """A child made by fork appends and reads through the client its parent
     made (and used): its gRPC channels are made again in the child, and
     the parent's go on working after the child is gone."""
-    import subprocess
-    import sys
-
     name = f"{gazette_prefix}forked"
     with GazetteClient(gazette_cluster.address) as c:
         c.create(name, NDJSON)
-    root = Path(__file__).resolve().parents[2]
-    r = subprocess.run(
-        [sys.executable, "-c", _FORKING_CLIENT, gazette_cluster.address, name],
-        env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True, timeout=120,
-    )
+    r = run_python(_FORKING_CLIENT, gazette_cluster.address, name)
     assert r.returncode == 0 and not r.stderr, r.stderr.decode()
     assert r.stdout.decode().split("\n")[:2] == ["child read 101", "child exit 0"], r.stdout
     with GazetteClient(gazette_cluster.address) as c, c.read(name) as reader:
