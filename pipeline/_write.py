@@ -232,13 +232,11 @@ class _Mapped:
 # -- state journals -------------------------------------------------------------------
 
 
-def _records(client: JournalClient, name: str) -> list[dict[str, Any]]:
-    """The NDJSON records of state journal ``name`` (none if it does not exist)."""
-    try:
-        with client.read(name) as r:
-            data = read_all(r)
-    except JournalNotFoundError:
-        return []
+def _records(client: JournalClient, name: str, offset: int = 0) -> list[dict[str, Any]]:
+    """The NDJSON records of state journal ``name`` from ``offset`` on
+    (``JournalNotFoundError`` if it does not exist)."""
+    with client.read(name, offset) as r:
+        data = read_all(r)
     out = []
     for line in data.splitlines():
         try:
@@ -379,11 +377,10 @@ class _Attempt:
         if self.record is None:
             return
         try:
-            with self.store.read(self.record, self.record_from) as r:
-                data = read_all(r)
+            records = _records(self.store, self.record, self.record_from)
         except JournalNotFoundError:
             raise JobEndedError(f"write job {self.job} has ended") from None
-        if _ENDING in data or _ENDED in data:
+        if any(_ENDING in doc or _ENDED in doc for doc in records):
             raise JobEndedError(f"write job {self.job} ended while this attempt wrote")
 
     def publish(self, batch: pa.RecordBatch) -> None:
@@ -503,8 +500,12 @@ def _unreported_rollbacks(
         return []
     keep = {m.producer for m in reported if m is not None}
     latest: dict[str, Any] = {}
-    for doc in _records(client, attempts_journal(job)):
-        if doc.get("end"):
+    try:
+        records = _records(client, attempts_journal(job))
+    except JournalNotFoundError:
+        records = []
+    for doc in records:
+        if _ENDED in doc:
             latest.clear()  # a streaming sink's earlier micro-batch: settled
         elif "producer" in doc:
             latest[str(doc["producer"])] = doc.get("rollbacks") or []
@@ -522,11 +523,11 @@ def _unreported_rollbacks(
     return out
 
 
-#: The driver's records in a job's attempts journal: it begins to end the
+#: The keys of the driver's records in a job's attempts journal: it begins to end the
 #: job (attempts that see it roll back themselves), and, in a streaming
 #: sink's journal kept across micro-batches, it ended one.
-_ENDING: Final = b'{"ending":true}'
-_ENDED: Final = b'{"end":true}'
+_ENDING: Final = "ending"
+_ENDED: Final = "end"
 
 
 def begin_ending(client: JournalClient, job: str | None) -> None:
@@ -537,7 +538,7 @@ def begin_ending(client: JournalClient, job: str | None) -> None:
     if job is None:
         return
     with contextlib.suppress(JournalNotFoundError):
-        client.append(attempts_journal(job), _ENDING + b"\n").result()
+        _append_record(client, attempts_journal(job), {_ENDING: True})
 
 
 def end_job(client: JournalStore, job: str | None, *, keep: bool = False) -> None:
@@ -549,7 +550,7 @@ def end_job(client: JournalStore, job: str | None, *, keep: bool = False) -> Non
     name = attempts_journal(job)
     try:
         if keep:
-            client.append(name, _ENDED + b"\n").result()
+            _append_record(client, name, {_ENDED: True})
         else:
             client.delete(name)
     except JournalNotFoundError:
