@@ -6,19 +6,24 @@
      ├── FencedError        another instance of the shard's store restored
      │                      since this one did: this instance may not commit
      │                      (.shard)
-     ├── StoreError         a store could not restore or commit (.shard, .store);
-     │    │                 the cause is chained
+     ├── StoreError         a store provided here could not restore or commit
+     │    │                 (.shard, .store); the cause is chained
      │    └── StoreElsewhereError  the shard's store is on another host's disk
      ├── SpecFileError      a file of shard specs that cannot be applied
      └── EtcdError          etcd, where members claim shards, failed or refused
                             a call (.code: gRPC's status name)
 
 An exception raised by the application itself (``consume_message``,
-``finalize_txn``, ...) is never wrapped: the runtime stops the shard and
-raises it as it is. Journal errors keep their own tree (``journal.JournalError``).
+``finalize_txn``, ..., and the store it made) is never wrapped: the runtime
+stops the shard and raises it as it is. The stores provided here raise
+``StoreError`` for what their database or file system refused. Journal
+errors keep their own tree (``journal.JournalError``).
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 
 class ConsumerError(Exception):
@@ -42,6 +47,23 @@ class StoreError(ConsumerError):
         super().__init__(message)
         self.shard = shard
         self.store = store
+
+
+@contextlib.contextmanager
+def store_failures(
+    store: object, doing: str, shard: str, kinds: tuple[type[BaseException], ...]
+) -> Iterator[None]:
+    """Raise an exception of ``kinds`` (the database's or the file system's
+    errors) as a ``StoreError`` of ``store`` chained to it."""
+    try:
+        yield
+    except ConsumerError:
+        raise
+    except kinds as exc:
+        raise StoreError(
+            f"shard {shard}: {type(store).__name__} {doing}: {exc}",
+            shard=shard, store=type(store).__name__,
+        ) from exc
 
 
 class EtcdError(ConsumerError):

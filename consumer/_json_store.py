@@ -33,7 +33,7 @@ import orjson
 from journal.durable import fsync_dir
 from message import Checkpoint, CheckpointError
 
-from ._errors import ConsumerError, FencedError, StoreError
+from ._errors import ConsumerError, FencedError, StoreError, store_failures
 
 if TYPE_CHECKING:
     from ._shard import Shard
@@ -134,6 +134,10 @@ class JSONFileStore:
     def restore_checkpoint(self, shard: Shard) -> Checkpoint:
         """The last committed checkpoint, with ``.state`` as committed with
         it; fences off every instance that restored before."""
+        with store_failures(self, "could not restore", shard.id, (OSError,)):
+            return self._restore(shard)
+
+    def _restore(self, shard: Shard) -> Checkpoint:
         while True:
             gens = self._generations()
             if not gens:
@@ -157,8 +161,11 @@ class JSONFileStore:
         ``FencedError`` if another instance restored since this one did."""
         if self._gen is None:
             raise ConsumerError(f"{self!r}: restore_checkpoint() before start_commit()")
+        with store_failures(self, "could not commit", shard.id, (OSError,)):
+            self._commit(shard, checkpoint, self._gen + 1)
+
+    def _commit(self, shard: Shard, checkpoint: Checkpoint, nxt: int) -> None:
         tmp = self._write_temp(shard.id, checkpoint, self.state)
-        nxt = self._gen + 1
         try:
             taken = self._link(tmp, nxt)
         finally:

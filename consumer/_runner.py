@@ -37,7 +37,10 @@ class Runner:
     :meth:`stop`. A shard that fails (an exception of the application, a
     ``FencedError``, a store or journal error) stops without committing its
     transaction; its exception is raised, as it is, by ``run_until_idle``
-    or ``stop`` — once. Leaving a ``with`` block stops the runner.
+    (by every later call too: the shard stays stopped) or, if no call
+    raised it, by ``stop``. After ``stop``, ``start`` or ``run_until_idle``
+    starts every shard afresh from its store. Leaving a ``with`` block
+    stops the runner.
     """
 
     def __init__(
@@ -58,7 +61,8 @@ class Runner:
         self._loops: list[ShardLoop] = []
         self._cond = threading.Condition()
         self._progress = 0
-        self._reported: set[int] = set()  # id() of the errors raised already
+        # The errors raised already, by id(), with the traceback each came with.
+        self._reported: dict[int, TracebackType | None] = {}
 
     @property
     def shards(self) -> tuple[ShardSpec, ...]:
@@ -83,15 +87,17 @@ class Runner:
         """Process until every shard is idle: each source read to its write
         head (taken again after each commit, so that a chain of shards in
         this runner drains), every transaction committed and acknowledged.
-        Appends still queued are not in a write head yet: flush the client
-        first (or wait on their futures) for them to be read. Starts the
+        It first waits for the appends issued through the client so far,
+        so that what the caller wrote before the call is read. Starts the
         shards if they are not running; they keep serving after it
         returns. Raises ``TimeoutError`` past ``timeout`` seconds, and
-        the exception of a shard that failed."""
+        the exception of a shard that failed (again on each call, until
+        ``stop``)."""
         self.start()
         deadline = None if timeout is None else time.monotonic() + timeout
+        self._wait_for_appends(timeout, deadline)
         while True:
-            self._raise_failure()
+            self._raise_failure(again=True)
             with self._cond:
                 seen = self._progress
             if self._all_idle():
@@ -106,10 +112,26 @@ class Runner:
                 if self._progress == seen and wait > 0:
                     self._cond.wait(wait)
             if deadline is not None and time.monotonic() >= deadline:
-                self._raise_failure()
+                self._raise_failure(again=True)
                 raise TimeoutError(
                     f"the shards were not idle after {timeout} s: {self._describe_busy()}"
                 )
+
+    def _wait_for_appends(self, timeout: float | None, deadline: float | None) -> None:
+        """Wait until the appends issued through the client so far are
+        durable (their failures are their futures' to report)."""
+        flush = getattr(self._client, "flush", None)
+        if flush is None:
+            return
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            flush(left)
+        except TimeoutError:
+            raise TimeoutError(
+                f"the appends issued before were not durable after {timeout} s"
+            ) from None
+        except JournalError as err:
+            log.debug("waiting for the appends issued before: %s", err)
 
     def _all_idle(self) -> bool:
         return all(loop.caught_up(self._head) for loop in self._loops)
@@ -133,12 +155,17 @@ class Runner:
                 busy.append(f"{loop.spec.id} (in a transaction)")
         return ", ".join(busy) or "their sources grew while they read"
 
-    def _raise_failure(self) -> None:
-        for loop in self._loops:
-            err = loop.error
-            if err is not None and id(err) not in self._reported:
-                self._reported.add(id(err))
+    def _raise_failure(self, *, again: bool = False) -> None:
+        """Raise the first shard's failure not raised yet, else, ``again``,
+        the first failure (with the traceback it first came with)."""
+        failed = [loop.error for loop in self._loops if loop.error is not None]
+        for err in failed:
+            if id(err) not in self._reported:
+                self._reported[id(err)] = err.__traceback__
                 raise err
+        if again and failed:
+            err = failed[0]
+            raise err.with_traceback(self._reported[id(err)])
 
     def stop(self) -> None:
         """Commit each shard's open transaction (a fenced shard abandons its

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from message import Checkpoint, CheckpointError
 
-from ._errors import ConsumerError, FencedError, StoreError
+from ._errors import ConsumerError, FencedError, StoreError, store_failures
 
 if TYPE_CHECKING:
     from ._shard import Shard
@@ -48,6 +48,8 @@ class SQLStore:
 
     #: The DB-API parameter marker of the driver.
     _MARK: ClassVar[str] = "?"
+    #: The driver's errors: a restore or a commit raises them as StoreError.
+    _driver_errors: tuple[type[BaseException], ...] = ()
 
     connection: Any
 
@@ -66,7 +68,8 @@ class SQLStore:
     def restore_checkpoint(self, shard: Shard) -> Checkpoint:
         """The shard's last committed checkpoint (empty at first); fences off
         every instance that restored before."""
-        fence, data = self._bump_fence(shard.id)
+        with store_failures(self, "could not restore", shard.id, self._driver_errors):
+            fence, data = self._bump_fence(shard.id)
         self._fence = fence
         try:
             return Checkpoint.from_bytes(bytes(data))
@@ -84,17 +87,18 @@ class SQLStore:
                 f"{type(self).__name__}: restore_checkpoint() before start_commit()"
             )
         m = self._MARK
-        cur = self.connection.execute(
-            f"UPDATE {self.table} SET checkpoint = {m} WHERE shard = {m} AND fence = {m}",
-            (checkpoint.to_bytes(), shard.id, self._fence),
-        )
-        if cur.rowcount != 1:
-            self.connection.rollback()
-            raise FencedError(
-                f"shard {shard.id}: another instance restored it from {self.table}"
-                f" (its fence is no longer {self._fence})", shard=shard.id,
+        with store_failures(self, "could not commit", shard.id, self._driver_errors):
+            cur = self.connection.execute(
+                f"UPDATE {self.table} SET checkpoint = {m} WHERE shard = {m} AND fence = {m}",
+                (checkpoint.to_bytes(), shard.id, self._fence),
             )
-        self.connection.commit()
+            if cur.rowcount != 1:
+                self.connection.rollback()
+                raise FencedError(
+                    f"shard {shard.id}: another instance restored it from {self.table}"
+                    f" (its fence is no longer {self._fence})", shard=shard.id,
+                )
+            self.connection.commit()
 
     def read_checkpoints(self) -> dict[str, Checkpoint]:
         """Every shard's last committed checkpoint in the table, read without
@@ -131,6 +135,7 @@ class SQLiteStore(SQLStore):
     """
 
     _MARK = "?"
+    _driver_errors = (sqlite3.Error,)
 
     def __init__(
         self, path: str | os.PathLike[str], *, table: str = DEFAULT_TABLE, timeout: float = 60.0
@@ -213,7 +218,7 @@ class PostgresStore(SQLStore):
             raise ConsumerError(
                 "PostgresStore needs psycopg: pip install 'exactly[postgres]'"
             ) from exc
-        self._errors = psycopg.Error
+        self._driver_errors = (psycopg.Error,)
         self.dsn = dsn
         try:
             self.connection: Any = psycopg.connect(dsn)

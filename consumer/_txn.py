@@ -47,7 +47,7 @@ from message import (
     get_flags,
 )
 
-from ._errors import ConsumerError, FencedError, StoreError
+from ._errors import FencedError, StoreError
 from ._shard import Shard, ShardSpec
 
 if TYPE_CHECKING:
@@ -382,15 +382,7 @@ class ShardLoop:
         intents = publisher.build_ack_intents()
         cp = Checkpoint(offsets, states, {i.journal: i.intent for i in intents})
         committing = time.monotonic()
-        try:
-            store.start_commit(shard, cp)
-        except ConsumerError:
-            raise
-        except Exception as exc:
-            raise StoreError(
-                f"shard {shard.id}: the store's commit failed: {exc}", shard=shard.id,
-                store=type(store).__name__,
-            ) from exc
+        store.start_commit(shard, cp)  # what it raises, it raises as it is
         # Committed: now downstream readers may see what it published.
         append = self._tracked.append
         for i in intents:
@@ -486,15 +478,7 @@ def _not_started(timeout: float | None) -> Envelope | None:
 
 
 def _restore(store: Store, shard: Shard) -> Checkpoint:
-    try:
-        cp = store.restore_checkpoint(shard)
-    except ConsumerError:
-        raise
-    except Exception as exc:
-        raise StoreError(
-            f"shard {shard.id}: restoring the store's checkpoint failed: {exc}",
-            shard=shard.id, store=type(store).__name__,
-        ) from exc
+    cp = store.restore_checkpoint(shard)  # what it raises, it raises as it is
     if not isinstance(cp, Checkpoint):
         raise StoreError(
             f"shard {shard.id}: {type(store).__name__}.restore_checkpoint returned"

@@ -20,7 +20,6 @@ from consumer import (
     ShardSpec,
     SQLiteStore,
     Store,
-    StoreError,
 )
 from journal import JournalNotFoundError, LocalJournalStore, MemoryJournalClient
 from message import (
@@ -232,9 +231,10 @@ def test_a_crash_after_the_commit_is_finished_by_the_next_start(
     spec = ShardSpec("count", sources=SOURCES, max_txn_duration=30)
     app = CountingApp(lambda shard: DiesAfterCommit(f"{tmp_path}/state-count"),
                       {"count": OUTPUTS})
-    with pytest.raises(StoreError) as info, Runner(journals, app, [spec]) as runner:
+    # The application's store is the application's: its exception is raised
+    # as it is.
+    with pytest.raises(CrashError), Runner(journals, app, [spec]) as runner:
         runner.run_until_idle(timeout=60)
-    assert isinstance(info.value.__cause__, CrashError)
     assert output_by_key(journals, OUTPUTS) == {}  # committed, not yet acknowledged
     with Runner(journals, CountingApp(kind, {"count": OUTPUTS}), [spec]) as runner:
         runner.run_until_idle(timeout=60)
@@ -258,9 +258,15 @@ def test_an_application_error_stops_the_shard_and_commits_nothing(
     spec = ShardSpec("count", sources=SOURCES, max_txn_duration=30)
     app = CountingApp(kind, {"count": OUTPUTS}, on_message=fail_at_60)
     runner = Runner(journals, app, [spec])
-    with pytest.raises(BoomError, match="bad message 60"):
+    with pytest.raises(BoomError, match="bad message 60") as first:
         runner.run_until_idle(timeout=60)
-    runner.stop()  # raised once: stop() does not raise it again
+    # The shard stays stopped: each later call raises its exception again,
+    # at once, rather than waiting for a shard that cannot become idle.
+    for _ in range(2):
+        with pytest.raises(BoomError) as again:
+            runner.run_until_idle(timeout=5)
+        assert again.value is first.value
+    runner.stop()  # raised already: stop() does not raise it again
     assert app.finalized == 0 and output_by_key(journals, OUTPUTS) == {}
     assert committed_state(kind, Shard(spec, journals)) == ({}, 0)
     # The output of the failed transaction was rolled back: no span stays open.
@@ -271,6 +277,61 @@ def test_an_application_error_stops_the_shard_and_commits_nothing(
     with Runner(journals, CountingApp(kind, {"count": OUTPUTS}), [spec]) as runner:
         runner.run_until_idle(timeout=60)
     check_outcome(journals, kind, spec)
+
+
+def test_a_failed_shard_starts_afresh_after_stop(journals: Any, tmp_path: Path) -> None:
+    """After stop(), run_until_idle starts the shards again from their
+    stores: a shard that failed on a transient error goes on, and the
+    outcome is exactly-once; the other shard served meanwhile."""
+    make_input(journals, SOURCES, 120, seed=14)
+    mids = ["mid/part-0", "mid/part-1"]
+    for name in mids:
+        journals.create(name, NDJSON)
+    kind = store_kind("json", tmp_path)
+    flaky = {"fail": True}
+
+    def fail_once_at_70(shard: Shard, env: Envelope) -> None:
+        if shard.id == "second" and env.message["n"] == 70 and flaky["fail"]:
+            raise ConnectionError("the service is down")
+
+    first = ShardSpec("first", sources=SOURCES, max_txn_duration=0.01)
+    second = ShardSpec("second", sources=mids, max_txn_duration=0.01)
+    app = CountingApp(kind, {"first": mids, "second": OUTPUTS}, on_message=fail_once_at_70)
+    with Runner(journals, app, [first, second]) as runner:
+        with pytest.raises(ConnectionError):
+            runner.run_until_idle(timeout=60)
+        with pytest.raises(ConnectionError):
+            runner.run_until_idle(timeout=60)
+        runner.stop()
+        flaky["fail"] = False
+        runner.run_until_idle(timeout=60)
+    want = committed_by_key(journals, SOURCES)
+    assert output_by_key(journals, mids) == expected_output(want)
+    assert output_by_key(journals, OUTPUTS) == expected_output(want)
+    assert committed_state(kind, Shard(second, journals)) == expected_state(want)
+
+
+def test_run_until_idle_reads_what_was_appended_before_it(
+        journals: Any, tmp_path: Path) -> None:
+    """Messages published before run_until_idle, their appends not waited
+    for, are read by it: it waits for the client's appends issued so far."""
+    specs = [journals.get(s) for s in SOURCES]
+    mapping = modulo_mapping(lambda d: d["k"], lambda: specs)
+    kind = store_kind("json", tmp_path)
+    spec = ShardSpec("count", sources=SOURCES)
+    with Runner(journals, CountingApp(kind, {"count": OUTPUTS}), [spec]) as runner:
+        runner.run_until_idle(timeout=60)  # serving, idle
+        pub = Publisher(journals)
+        for round_ in range(20):
+            for n in range(round_ * 100, (round_ + 1) * 100):
+                pub.publish_committed(mapping, JsonDocument(k=f"k{n % 23}", n=n))
+            runner.run_until_idle(timeout=60)
+            assert runner_outputs(journals) == (round_ + 1) * 100
+    check_outcome(journals, kind, spec)
+
+
+def runner_outputs(client: Any) -> int:
+    return sum(len(v) for v in output_by_key(client, OUTPUTS).values())
 
 
 def test_a_restored_store_fences_off_the_running_instance(

@@ -143,6 +143,37 @@ def test_json_state_that_is_not_json_is_a_store_error(tmp_path: Path) -> None:
     assert not [p for p in (tmp_path / "s").iterdir() if p.name.startswith(".tmp")]
 
 
+def test_a_commit_the_file_system_refuses_is_a_store_error(tmp_path: Path) -> None:
+    """A JSONFileStore whose directory is gone at its commit raises one
+    StoreError naming the shard, chained to the file system's error."""
+    s = JSONFileStore(tmp_path / "s")
+    s.restore_checkpoint(shard())
+    (tmp_path / "s").rename(tmp_path / "moved")
+    (tmp_path / "s").write_text("not a directory")
+    with pytest.raises(StoreError, match=r"s-1.*could not commit") as info:
+        s.start_commit(shard(), cp(1))
+    assert isinstance(info.value.__cause__, OSError)
+    assert info.value.shard == "s-1" and info.value.store == "JSONFileStore"
+
+
+def test_a_commit_sqlite_refuses_is_a_store_error(tmp_path: Path) -> None:
+    """A SQLiteStore that cannot take the write lock within its timeout (a
+    connection of another program holds it) raises one StoreError chained to
+    sqlite3's error; it commits once the lock is free."""
+    s = SQLiteStore(tmp_path / "s.db", timeout=0.2)
+    s.restore_checkpoint(shard())
+    other = sqlite3.connect(tmp_path / "s.db")
+    other.execute("BEGIN IMMEDIATE")
+    with pytest.raises(StoreError, match=r"s-1.*could not commit") as info:
+        s.start_commit(shard(), cp(1))
+    assert isinstance(info.value.__cause__, sqlite3.OperationalError)
+    other.rollback()
+    other.close()
+    s.start_commit(shard(), cp(2))
+    s.close()
+    assert SQLiteStore(tmp_path / "s.db").restore_checkpoint(shard()) == cp(2)
+
+
 def test_json_store_on_a_file_or_a_damaged_generation(tmp_path: Path) -> None:
     """A path that is a file, or a newest generation that is not a state
     file, is one StoreError naming it."""
