@@ -253,7 +253,7 @@ class ShardLoop:
         app.begin_txn(shard, store)
         began = time.monotonic()
         max_end = began + spec.max_txn_duration
-        min_end = began + spec.min_txn_duration
+        min_end = began + min(spec.min_txn_duration, spec.max_txn_duration)
         consume = app.consume_message
         monotonic = time.monotonic
         count = 0
