@@ -3,6 +3,54 @@
  * translation unit (their functions stay static): The UUID layout, what configure() is given, Envelope fields, UUIDs of messages.
  */
 
+/* -- arguments by keyword ------------------------------------------------ */
+
+/* Bind the arguments of a METH_FASTCALL | METH_KEYWORDS method as Python binds
+ * those of `def fname(self, names[0], ..., names[n - 1])`: out[i] is the
+ * (borrowed) value of names[i], given by position or by keyword. Returns 0,
+ * or -1 with a TypeError worded as Python's. The methods call it only when
+ * their arguments are not exactly n positional ones. */
+static int
+bind_args(const char *fname, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+          const char *const *names, Py_ssize_t n, PyObject **out)
+{
+    if (nargs > n) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd positional arguments but %zd were given",
+                     fname, n, nargs);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        out[i] = i < nargs ? args[i] : NULL;
+    }
+    Py_ssize_t nkw = kwnames == NULL ? 0 : PyTuple_GET_SIZE(kwnames);
+    for (Py_ssize_t k = 0; k < nkw; k++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+        Py_ssize_t j = 0;
+        while (j < n && PyUnicode_CompareWithASCIIString(key, names[j]) != 0) {
+            j++;
+        }
+        if (j == n) {
+            PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'",
+                         fname, key);
+            return -1;
+        }
+        if (out[j] != NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'",
+                         fname, names[j]);
+            return -1;
+        }
+        out[j] = args[nargs + k];
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (out[i] == NULL) {
+            PyErr_Format(PyExc_TypeError, "%s() missing required argument: '%s'",
+                         fname, names[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* -- the UUID layout (message/layout.py) -------------------------------- */
 
 #define PRODUCER_MASK 0xFFFFFFFFFFFFULL

@@ -526,24 +526,35 @@ done:
     return future;
 }
 
+/* The names of the publishing methods' arguments (as message/_publisher.py). */
+static const char *const PUBLISH_ARGS[] = {"mapping", "msg"};
+
 static PyObject *
-publisher_publish_committed(Publisher *p, PyObject *const *args, Py_ssize_t nargs)
+publisher_publish_committed(Publisher *p, PyObject *const *args, Py_ssize_t nargs,
+                            PyObject *kwnames)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "publish_committed(mapping, msg)");
+    if (nargs == 2 && kwnames == NULL) {
+        return publish(p, args[0], args[1], OUTSIDE_TXN);
+    }
+    PyObject *a[2];
+    if (bind_args("publish_committed", args, nargs, kwnames, PUBLISH_ARGS, 2, a) < 0) {
         return NULL;
     }
-    return publish(p, args[0], args[1], OUTSIDE_TXN);
+    return publish(p, a[0], a[1], OUTSIDE_TXN);
 }
 
 static PyObject *
-publisher_publish_uncommitted(Publisher *p, PyObject *const *args, Py_ssize_t nargs)
+publisher_publish_uncommitted(Publisher *p, PyObject *const *args, Py_ssize_t nargs,
+                              PyObject *kwnames)
 {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "publish_uncommitted(mapping, msg)");
+    if (nargs == 2 && kwnames == NULL) {
+        return publish(p, args[0], args[1], CONTINUE_TXN);
+    }
+    PyObject *a[2];
+    if (bind_args("publish_uncommitted", args, nargs, kwnames, PUBLISH_ARGS, 2, a) < 0) {
         return NULL;
     }
-    return publish(p, args[0], args[1], CONTINUE_TXN);
+    return publish(p, a[0], a[1], CONTINUE_TXN);
 }
 
 /* publish_uncommitted_frames(journal, count, frame, ack): see the Python
@@ -730,11 +741,11 @@ publisher_get_has_open_transaction(Publisher *p, void *closure)
  * on a hot path: message._publisher.emit_message, which the Python
  * Publisher runs too, is the one implementation. */
 static PyObject *
-publisher_emit(Publisher *p, PyObject *const *args, Py_ssize_t nargs)
+publisher_emit(Publisher *p, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     static PyObject *emit_message = NULL;
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "emit(mapping, msg) takes 2 arguments");
+    PyObject *a[2];
+    if (bind_args("emit", args, nargs, kwnames, PUBLISH_ARGS, 2, a) < 0) {
         return NULL;
     }
     if (emit_message == NULL) {
@@ -748,20 +759,20 @@ publisher_emit(Publisher *p, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         }
     }
-    return PyObject_CallFunctionObjArgs(emit_message, (PyObject *)p, args[0], args[1], NULL);
+    return PyObject_CallFunctionObjArgs(emit_message, (PyObject *)p, a[0], a[1], NULL);
 }
 
 static PyMethodDef publisher_methods[] = {
-    {"emit", (PyCFunction)(void (*)(void))publisher_emit, METH_FASTCALL,
-     "emit($self, mapping, msg, /)\n--\n\n"
+    {"emit", (PyCFunction)(void (*)(void))publisher_emit, METH_FASTCALL | METH_KEYWORDS,
+     "emit($self, mapping, msg)\n--\n\n"
      "Emit msg to the live followers of its journal, never stored (transient)."},
     {"publish_committed", (PyCFunction)(void (*)(void))publisher_publish_committed,
-     METH_FASTCALL,
-     "publish_committed($self, mapping, msg, /)\n--\n\n"
+     METH_FASTCALL | METH_KEYWORDS,
+     "publish_committed($self, mapping, msg)\n--\n\n"
      "Publish msg for immediate read-committed consumption (OUTSIDE_TXN)."},
     {"publish_uncommitted", (PyCFunction)(void (*)(void))publisher_publish_uncommitted,
-     METH_FASTCALL,
-     "publish_uncommitted($self, mapping, msg, /)\n--\n\n"
+     METH_FASTCALL | METH_KEYWORDS,
+     "publish_uncommitted($self, mapping, msg)\n--\n\n"
      "Publish msg as part of this Publisher's open transaction (CONTINUE_TXN)."},
     {"publish_uncommitted_frames",
      (PyCFunction)(void (*)(void))publisher_publish_uncommitted_frames, METH_FASTCALL,

@@ -1287,9 +1287,30 @@ sequencer_get_buffer(Sequencer *s, void *closure)
     return PyLong_FromSsize_t(s->size);
 }
 
+/* The one-argument methods, by position (the fast way) or by keyword. */
+#define ONE_ARG_METHOD(name, arg)                                                          \
+    static PyObject *sequencer_##name##_kw(Sequencer *s, PyObject *const *args,           \
+                                           Py_ssize_t nargs, PyObject *kwnames)           \
+    {                                                                                     \
+        if (nargs == 1 && kwnames == NULL) {                                              \
+            return sequencer_##name(s, args[0]);                                          \
+        }                                                                                 \
+        static const char *const names[] = {arg};                                         \
+        PyObject *a[1];                                                                   \
+        if (bind_args(#name, args, nargs, kwnames, names, 1, a) < 0) {                    \
+            return NULL;                                                                  \
+        }                                                                                 \
+        return sequencer_##name(s, a[0]);                                                 \
+    }
+ONE_ARG_METHOD(queue_uncommitted, "env")
+ONE_ARG_METHOD(start_replay, "it")
+ONE_ARG_METHOD(has_pending, "since")
+ONE_ARG_METHOD(restore, "states")
+#undef ONE_ARG_METHOD
+
 static PyMethodDef sequencer_methods[] = {
-    {"queue_uncommitted", (PyCFunction)sequencer_queue_uncommitted, METH_O,
-     "queue_uncommitted($self, env, /)\n--\n\n"
+    {"queue_uncommitted", (PyCFunction)(void (*)(void))sequencer_queue_uncommitted_kw, METH_FASTCALL | METH_KEYWORDS,
+     "queue_uncommitted($self, env)\n--\n\n"
      "Apply the next read-uncommitted envelope: True if it completes a sequence (commits, "
      "or is a duplicate or a roll-back), False if it extends a transaction still pending."},
     {"deque_committed", (PyCFunction)sequencer_deque_committed, METH_NOARGS,
@@ -1298,10 +1319,10 @@ static PyMethodDef sequencer_methods[] = {
      "sequence must be re-read first."},
     {"replay_range", (PyCFunction)sequencer_replay_range, METH_NOARGS,
      "replay_range($self, /)\n--\n\n[begin, end) offsets of the journal to replay."},
-    {"start_replay", (PyCFunction)sequencer_start_replay, METH_O,
-     "start_replay($self, it, /)\n--\n\nRead the envelopes of replay_range() from the given iterable (read-uncommitted)."},
-    {"has_pending", (PyCFunction)sequencer_has_pending, METH_O,
-     "has_pending($self, since, /)\n--\n\nTrue if a transaction still open began at or after the offset given for its journal "
+    {"start_replay", (PyCFunction)(void (*)(void))sequencer_start_replay_kw, METH_FASTCALL | METH_KEYWORDS,
+     "start_replay($self, it)\n--\n\nRead the envelopes of replay_range() from the given iterable (read-uncommitted)."},
+    {"has_pending", (PyCFunction)(void (*)(void))sequencer_has_pending_kw, METH_FASTCALL | METH_KEYWORDS,
+     "has_pending($self, since)\n--\n\nTrue if a transaction still open began at or after the offset given for its journal "
      "(0 for a journal not in since)."},
     {"producer_states", (PyCFunction)(void (*)(void))sequencer_producer_states,
      METH_VARARGS | METH_KEYWORDS,
@@ -1313,8 +1334,8 @@ static PyMethodDef sequencer_methods[] = {
      "checkpoint_states($self, prune_horizon=0)\n--\n\n"
      "Producer states valid at any moment, and (journal, offset) where reading must resume "
      "when a committed sequence is partly dequeued (else None)."},
-    {"restore", (PyCFunction)sequencer_restore, METH_O,
-     "restore($self, states, /)\n--\n\n"
+    {"restore", (PyCFunction)(void (*)(void))sequencer_restore_kw, METH_FASTCALL | METH_KEYWORDS,
+     "restore($self, states)\n--\n\n"
      "Replace the producer states of a Sequencer that has queued nothing."},
     {"committed_by", (PyCFunction)sequencer_committed_by, METH_NOARGS,
      "committed_by($self, /)\n--\n\n"

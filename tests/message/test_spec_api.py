@@ -129,6 +129,37 @@ def test_publisher_signature_and_producer_id() -> None:
         assert Publisher(client).producer_id != p.producer_id
 
 
+def test_methods_take_their_arguments_by_the_names_of_the_contract() -> None:
+    """The Sequencer's and the Publisher's methods take each argument by
+    position or by its name (as the contract names them), and refuse
+    another, on either implementation."""
+    seq = Sequencer()
+    with MemoryJournalClient() as client:
+        spec = client.create("kw/a", NDJSON)
+        mapping = modulo_mapping(lambda m: "k", lambda: [spec])
+        pub = Publisher(client)
+        pub.publish_uncommitted(mapping=mapping, msg=JsonDocument(n=1)).result()
+        pub.publish_uncommitted(mapping, msg=JsonDocument(n=2)).result()
+        for intent in pub.build_ack_intents():
+            client.append(intent.journal, intent.intent).result()
+        pub.publish_committed(mapping=mapping, msg=JsonDocument(n=3)).result()
+        with ReadUncommittedIter(client, "kw/a", lambda s: JsonDocument()) as it:
+            envs = list(it)
+    done, committed = [], []
+    for env in envs:
+        done.append(seq.queue_uncommitted(env=env))
+        assert seq.has_pending(since={"kw/a": 0}) is not done[-1]
+        while (out := seq.deque_committed()) is not None:
+            committed.append(out.message.get("n", "ack"))
+    assert done == [False, False, True, True] and committed == [1, 2, "ack", 3]
+    with pytest.raises(TypeError, match="since"):
+        seq.has_pending({}, since={})
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        seq.has_pending(offsets={})
+    with pytest.raises(TypeError, match="msg"):
+        pub.publish_committed(mapping)  # type: ignore[call-arg]
+
+
 def test_mapping_hash_is_a_keyword_defaulting_to_mmh3() -> None:
     """modulo_mapping / rendezvous_mapping(key, partitions, *, hash="mmh3")."""
     for f in (modulo_mapping, rendezvous_mapping):
