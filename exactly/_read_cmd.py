@@ -219,6 +219,7 @@ class _Scan:
         seq = Sequencer()
         self.frames = self.committed = 0
         self.per_producer: dict[bytes, list[int]] = {}  # frames, acks, committed
+        self.last_message: dict[bytes, Any] = {}  # each producer's last message read
         it = ReadUncommittedIter(store, spec.name, new_message, skip_corrupt=True)
         progress = Progress(f"reading {spec.name}")
 
@@ -227,8 +228,10 @@ class _Scan:
                 self.frames += 1
                 progress.update(self.frames)
                 u = env.message.get_uuid()
-                stats = self.per_producer.setdefault(get_producer_id(u), [0, 0, 0])
+                producer = get_producer_id(u)
+                stats = self.per_producer.setdefault(producer, [0, 0, 0])
                 stats[0] += 1
+                self.last_message[producer] = env.message
                 if get_flags(u) == Flags.ACK_TXN:
                     stats[1] += 1
                 yield env
@@ -321,7 +324,9 @@ def cmd_abort(args: argparse.Namespace) -> int:
             known = "has no open transaction" if st is not None else "never wrote"
             raise UsageError(f"producer {producer.hex()} {known} in {spec.name}"
                              " (exactly inspect --open lists the open ones)")
-        ack = new_message(spec).new_acknowledgement(spec.name)
+        # The acknowledgement of one of its messages (a CSV record's is as
+        # wide as that record, as readers such as Go's require).
+        ack = scan.last_message[producer].new_acknowledgement(spec.name)
         ack.set_uuid(build_uuid(producer, st.last_ack, Flags.ACK_TXN))
         frame = framing_by_content_type(spec.content_type or "").marshal(ack)
         result = store.append(spec.name, frame).result()

@@ -250,7 +250,10 @@ class CSVRecord(list[str]):
             self.append(uuid_text(u))
 
     def new_acknowledgement(self, journal: str) -> CSVRecord:
-        return CSVRecord([""])
+        # As wide as this record (Gazette's CSVRecord does the same): a CSV
+        # reader such as Go's requires every record to have as many fields
+        # as the first.
+        return CSVRecord([""] * max(1, len(self)))
 
     def marshal_csv(self) -> list[str]:
         return list(self)

@@ -685,6 +685,39 @@ with LocalJournalStore(sys.argv[1]) as s:
 """
 
 
+def test_abort_of_a_csv_transaction_writes_an_ack_as_wide_as_its_records(
+        tmp_path: Path) -> None:
+    """In a CSV journal, abort's roll-back ACK has as many fields as the
+    producer's records: a reader that requires it (Go's, new_unmarshal_func)
+    reads the whole journal."""
+    from framing import framing_by_content_type
+    from journal import LocalJournalStore
+    from message import CSVRecord, Publisher, modulo_mapping
+
+    root = tmp_path / "store"
+    with LocalJournalStore(root) as store:
+        spec = store.create("t/csv", {"content-type": "text/csv"})
+        pub = Publisher(store)
+        mapping = modulo_mapping(lambda r: r[1], lambda: [spec])
+        pub.publish_committed(mapping, CSVRecord(["", "a", "1"])).result()
+        pub.publish_uncommitted(mapping, CSVRecord(["", "b", "2"])).result()  # never ACKed
+    r = run(root, "abort", "t/csv", "--producer", pub.producer_id.hex())
+    assert r.returncode == 0, r.stderr
+    with LocalJournalStore(root) as store:
+        unmarshal = framing_by_content_type("text/csv").new_unmarshal_func(store.read("t/csv"))
+        widths = []
+        while True:
+            rec = CSVRecord()
+            try:
+                unmarshal(rec)
+            except EOFError:
+                break
+            widths.append(len(rec))
+    assert widths == [3, 3, 3]
+    assert [json.loads(x)["message"][1:] for x in ok(root, "read", "t/csv").splitlines()] == [
+        ["a", "1"]]
+
+
 def test_inspect_open_lists_stuck_transactions_and_abort_rolls_one_back(tmp_path: Path) -> None:
     """Two producers died mid-transaction, one an hour ago: inspect --open
     lists both with their first offsets, --older-than 10m only the old one;

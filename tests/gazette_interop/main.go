@@ -3,14 +3,15 @@
 // exactly's Python implementation and Gazette's agree on the bytes.
 //
 //	gazette-interop publish --broker URL --journal J --seed S --count N
-//	gazette-interop read --broker URL --journal J
+//	gazette-interop read --broker URL --journal J [--acks] [--csv]
 //
 // `publish` writes a deterministic (seeded) mix of committed messages,
 // acknowledged transactions, transactions never acknowledged, and duplicate
 // frames, then prints {"committed": [ids in publish order], "uncommitted":
 // [ids never committed]}. `read` reads the journal committed, from offset 0 to
 // its write head, and prints each committed message but ACKs, one JSON
-// document a line.
+// document a line (with --csv, as Gazette's message.CSVRecord: a JSON array
+// of its fields).
 package main
 
 import (
@@ -191,6 +192,7 @@ func read(args []string) error {
 	var broker = fs.String("broker", "http://localhost:8080", "broker URL")
 	var journal = fs.String("journal", "", "journal to read")
 	var acks = fs.Bool("acks", false, "also print the ACK_TXN messages dequeued")
+	var csv = fs.Bool("csv", false, "read message.CSVRecords (a text/csv journal)")
 	_ = fs.Parse(args)
 	if *journal == "" {
 		return errors.New("read needs --journal")
@@ -203,7 +205,12 @@ func read(args []string) error {
 		Block:   false, // Stop at the write head.
 	})
 	var it = message.NewReadCommittedIter(rr,
-		func(*pb.JournalSpec) (message.Message, error) { return new(Doc), nil },
+		func(*pb.JournalSpec) (message.Message, error) {
+			if *csv {
+				return new(message.CSVRecord), nil
+			}
+			return new(Doc), nil
+		},
 		message.NewSequencer(nil, nil, 256))
 	var enc = json.NewEncoder(os.Stdout)
 

@@ -589,3 +589,39 @@ def test_spec_passed_to_new_message(client) -> None:
 
     list(ReadUncommittedIter(client, "a/journal", new_message))
     assert seen["a/journal"][0].content_type == "application/x-ndjson"
+
+
+def test_a_csv_transaction_reads_back_through_a_fields_checking_reader() -> None:
+    """A CSV journal holding transactions decodes with new_unmarshal_func,
+    which requires every record to be as wide as the first (as Go's CSV
+    reader does): each ACK is as wide as its transaction's records, as
+    Gazette's CSVRecord makes it."""
+    from framing import framing_by_content_type
+    from message import CSVRecord
+
+    csv = {"content-type": "text/csv"}
+    with MemoryJournalClient() as client:
+        spec = client.create("csv/a", csv)
+        mapping = modulo_mapping(lambda r: r[1], lambda: [spec])
+        pub = Publisher(client)
+        for n in range(3):
+            pub.publish_uncommitted(mapping, CSVRecord(["", f"k{n}", str(n)]))
+        for intent in pub.build_ack_intents():
+            client.append(intent.journal, intent.intent).result()
+        pub.publish_committed(mapping, CSVRecord(["", "k9", "9"])).result()
+        unmarshal = framing_by_content_type("text/csv").new_unmarshal_func(client.read("csv/a"))
+        records = []
+        while True:
+            rec = CSVRecord()
+            try:
+                unmarshal(rec)
+            except EOFError:
+                break
+            records.append(rec)
+        assert [len(r) for r in records] == [3] * 5
+        assert [get_flags(r.get_uuid()) for r in records] == [
+            Flags.CONTINUE_TXN, Flags.CONTINUE_TXN, Flags.CONTINUE_TXN, Flags.ACK_TXN,
+            Flags.OUTSIDE_TXN]
+        with ReadCommittedIter(client, "csv/a", lambda s: CSVRecord()) as it:
+            assert [e.message[2] for e in it if get_flags(e.message.get_uuid()) !=
+                    Flags.ACK_TXN] == ["0", "1", "2", "9"]
