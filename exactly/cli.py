@@ -71,8 +71,8 @@ def _store_options() -> _Parser:
     p.add_argument("--cert-key-file", default=argparse.SUPPRESS, metavar="FILE",
                    help="the client certificate's key (default: $BROKER_CERT_KEY_FILE)")
     p.add_argument("--auth-keys", default=argparse.SUPPRESS, metavar="KEYS",
-                   help="the brokers' --broker.auth-keys, base64 keys separated by commas: requests"
-                        " are signed with the first (default: $BROKER_AUTH_KEYS)")
+                   help="the brokers' --broker.auth-keys, base64 keys separated by commas or"
+                        " spaces: requests are signed with the first (default: $BROKER_AUTH_KEYS)")
     return p
 
 

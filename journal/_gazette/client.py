@@ -225,7 +225,7 @@ class GazetteClient(Closing):
         settings = self._defaults.overridden(
             replication=replication, fragment_length=fragment_length, compression=compression,
             stores=(tuple(fragment_stores) if fragment_stores is not None
-                    else self._default_stores()),
+                    else self._default_stores(f"create {name}")),
             flush_interval=None if flush_interval is None else wire.to_timedelta(flush_interval),
             retention=None if retention is None else wire.to_timedelta(retention),
         )
@@ -612,11 +612,11 @@ class GazetteClient(Closing):
             if listed is None:
                 raise JournalNotFoundError(name)
 
-    def _default_stores(self) -> tuple[str, ...]:
+    def _default_stores(self, what: str) -> tuple[str, ...]:
         if self._stores_given:
             return self._defaults.stores
         if self._file_store is None:
-            self._file_store = has_file_store(self._brokers)
+            self._file_store = has_file_store(self._brokers, what)
         return (FILE_STORE,) if self._file_store else ()
 
     def _fragment(self, name: str, f: pb.Fragment) -> Fragment:

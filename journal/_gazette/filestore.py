@@ -20,8 +20,9 @@ from .wire import CONTENT_NAME
 FILE_STORE: Final = "file:///"
 
 
-def has_file_store(brokers: Brokers) -> bool:
-    """Whether the cluster's brokers have a ``file://`` fragment store."""
+def has_file_store(brokers: Brokers, what: str) -> bool:
+    """Whether the cluster's brokers have a ``file://`` fragment store
+    (asked on the way to ``what``, which errors name)."""
     request = pb.FragmentStoreHealthRequest(fragment_store=FILE_STORE)
 
     def attempt(stub: Stub, endpoint: str) -> bool:
@@ -29,7 +30,7 @@ def has_file_store(brokers: Brokers) -> bool:
         return bool(resp.status == pb.OK)
 
     try:
-        return brokers.call("check the file:// fragment store", None, attempt)
+        return brokers.call(what, None, attempt)
     except BrokerError as err:
         if err.status == "UNIMPLEMENTED":  # An older broker: assume none.
             return False

@@ -39,12 +39,14 @@ def security_of(
     auth_token_ttl: float,
 ) -> Security:
     """The client's TLS files and authorizations, each from its argument or,
-    left out, from the environment as ``gazctl`` reads it."""
+    left out (None), from the environment as ``gazctl`` reads it. An empty
+    argument means none, whatever the environment says (as an empty
+    ``--cert-file`` does for ``gazctl``)."""
     env = os.environ
 
     def read(what: str, path: str | os.PathLike[str] | None, var: str) -> bytes | None:
-        path = path if path is not None else env.get(var) or None
-        if path is None:
+        path = path if path is not None else env.get(var)
+        if path is None or not os.fspath(path):
             return None
         try:
             with open(path, "rb") as f:

@@ -105,6 +105,10 @@ def test_options_come_from_the_environment_as_gazctl_reads_them(
     with GazetteClient(auth_keys=base64.b64encode(b"k" * 32).decode()) as g, \
             pytest.raises(BrokerAuthError):
         g.list()
+    # An empty option means none, whatever its variable says.
+    for empty in ({"auth_keys": ""}, {"cert_file": "", "cert_key_file": ""}):
+        with GazetteClient(**empty) as g, pytest.raises(BrokerAuthError):
+            g.list()
 
 
 @pytest.mark.parametrize(("what", "override", "says"), [
@@ -156,6 +160,11 @@ def test_an_address_where_nothing_listens_fails_within_connect_timeout() -> None
         g.list()
     assert time.monotonic() - started < 4.0
     assert address in str(info.value) and "within 1 s" in str(info.value)
+    # Each operation says what it was doing: create its journal (its first
+    # request asks the brokers for their fragment store).
+    with GazetteClient(address, connect_timeout=0.5) as g, \
+            pytest.raises(BrokerUnavailableError, match=r"^create made/here: "):
+        g.create("made/here", {"content-type": "application/x-ndjson"})
 
 
 def test_a_blocking_read_outlives_its_token(gazette_secure_cluster: Any, prefix: str) -> None:
