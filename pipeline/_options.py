@@ -155,10 +155,15 @@ def content_spec(options: Mapping[str, str], schema: StructType) -> ArrowContent
 
 
 def _field_of(column: Any) -> str:
-    comment = (column.metadata or {}).get("comment", "")
-    if comment.startswith(RENAMED_COMMENT) and comment[len(RENAMED_COMMENT) :] in ENVELOPE_NAMES:
-        return str(comment[len(RENAMED_COMMENT) :])
+    comment = str((column.metadata or {}).get("comment", ""))
+    field = comment[len(RENAMED_COMMENT) :]
+    if comment.startswith(RENAMED_COMMENT) and field.lower() in _ENVELOPE_LOWER:
+        return field
     return str(column.name)
+
+
+#: The envelope columns' names, as Spark compares them (without regard to case).
+_ENVELOPE_LOWER: Final = frozenset(name.lower() for name in ENVELOPE_NAMES)
 
 
 def uuid_path_option(options: Mapping[str, str]) -> tuple[str, ...]:

@@ -59,16 +59,19 @@ def content_column_names(names: Sequence[str]) -> list[str]:
     """The column of each content field of ``names``: the field's own name,
     or ``content_<name>`` for a field named like an envelope column
     (``uuid``, ``begin``, ...; one more ``content_`` while that is taken
-    too), so that no batch has two columns of one name."""
-    taken = set(ENVELOPE_NAMES) | set(names)
+    too), so that no batch has two columns of one name. Names are compared
+    without regard to case (``UUID`` is renamed too), as Spark resolves
+    columns by default."""
+    envelope = {name.lower() for name in ENVELOPE_NAMES}
+    taken = envelope | {name.lower() for name in names}
     out = []
     for name in names:
         column = name
-        if name in ENVELOPE_NAMES:
+        if name.lower() in envelope:
             column = f"content_{name}"
-            while column in taken:
+            while column.lower() in taken:
                 column = f"content_{column}"
-            taken.add(column)
+            taken.add(column.lower())
         out.append(column)
     return out
 

@@ -630,6 +630,27 @@ def test_content_fields_named_like_envelope_columns_are_renamed(
     assert field.metadata.get("comment") == "message field uuid"
 
 
+def test_content_fields_named_like_envelope_columns_in_another_case_are_renamed(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Spark resolves column names without regard to case: a field `UUID` or
+    `End` would make `uuid` and `end` ambiguous, so it is renamed too."""
+    with LocalJournalStore(tmp_path) as store:
+        store.create("j", NDJSON)
+        pub = Publisher(store)
+        to = lambda _d: ("j", "application/x-ndjson")  # noqa: E731
+        for i in range(3):
+            pub.publish_committed(to, JsonDocument(UUID=f"order-{i}", End=i, total=12))
+        store.flush()
+    for df in (reader(spark, tmp_path, journal="j"),
+               reader(spark, tmp_path, journal="j", schema="UUID string, End long")):
+        assert {"content_UUID", "content_End"} <= set(df.columns)
+        rows = df.where("end > 0").select("uuid", "content_UUID", "content_End").orderBy("end")
+        got = [tuple(r) for r in rows.collect()]
+        assert [r[1:] for r in got] == [(f"order-{i}", i) for i in range(3)]
+        assert all(len(r[0]) == 36 for r in got)  # the envelope's own uuid
+
+
 def test_a_spark_jvm_that_dies_at_start_is_started_again_then_reported(tmp_path: Path) -> None:
     """local_session starts the JVM again when it exits before answering (a
     forked launcher can be aborted by gRPC's fork handler), up to three
