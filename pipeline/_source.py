@@ -98,6 +98,12 @@ class JournalDataSource(DataSource):
         return SparkBatchReader(dict(self.options), schema, self.parallelism)
 
     def writer(self, schema: StructType, overwrite: bool) -> SparkBatchWriter:
+        if overwrite:
+            raise ValueError(
+                "journals are append-only: write with .mode(\"append\"); mode"
+                " \"overwrite\" would replace nothing (to keep only the latest row of"
+                " each key, see pipeline.materialize_latest)"
+            )
         return SparkBatchWriter(dict(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 -- Spark's name

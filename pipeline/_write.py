@@ -84,7 +84,7 @@ from message import (
     rendezvous_mapping,
     write_intents,
 )
-from message.arrow import ArrowContent, ndjson_frames
+from message.arrow import ArrowContent, json_values, ndjson_frames
 from message.columns import uuid_strings
 
 from ._content import message_from_row
@@ -414,7 +414,13 @@ class _Attempt:
         """The reference: a message per row, published one by one."""
         assert self.mapping is not None
         content, ct, mapping = self.target.content, self.content_type, self.mapping
-        for row in batch.to_pylist():
+        if ct == CONTENT_TYPE_JSON_LINES:  # each value as a JSON object's field holds it
+            names = batch.schema.names
+            rows = [dict(zip(names, values, strict=True))
+                    for values in zip(*(json_values(c) for c in batch.columns), strict=True)]
+        else:
+            rows = batch.to_pylist()
+        for row in rows:
             msg = message_from_row(content, ct, row)
             self.first_to(mapping.prepare(msg), msg)
             self.publisher.publish_uncommitted(mapping, msg)

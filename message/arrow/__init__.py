@@ -80,6 +80,7 @@ from ._content import (
 from ._content import (
     to_arrow as to_arrow,
 )
+from ._encode import json_values as json_values
 from ._encode import ndjson_frames as ndjson_frames
 from ._readers import ReadCommittedArrow as ReadCommittedArrow
 from ._readers import ReadUncommittedArrow as ReadUncommittedArrow
@@ -89,6 +90,7 @@ from ._windows import envelope_columns as envelope_columns
 __all__ = [
     "ReadCommittedArrow", "ReadUncommittedArrow", "ArrowContent", "ENVELOPE_FIELDS",
     "ENVELOPE_NAMES", "BATCH_BYTES", "PROTO_TYPES", "envelope_columns", "infer_json_fields",
-    "load_proto_class", "to_arrow", "bucket_of", "ndjson_frames", "content_column_names",
+    "load_proto_class", "to_arrow", "bucket_of", "ndjson_frames", "json_values",
+    "content_column_names",
 ]
 

@@ -3,6 +3,7 @@ with its UUID first, as the NDJSON framing writes it."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -76,5 +77,47 @@ def _json_texts(column: pa.Array) -> pa.Array:
             escaped = [orjson.dumps(v).decode() for v in column.filter(where).to_pylist()]
             texts = pc.replace_with_mask(texts, where, pa.array(escaped, pa.string()))
     else:
-        return pa.array([orjson.dumps(v).decode() for v in column.to_pylist()], pa.string())
+        return pa.array([orjson.dumps(v).decode() for v in json_values(column)], pa.string())
     return pc.fill_null(texts, "null") if texts.null_count else texts
+
+
+def json_values(column: pa.Array) -> list[Any]:
+    """The values of ``column`` as ``orjson.dumps`` writes them into a JSON
+    object's field, as Spark's ``to_json`` does: a map is an object, a
+    decimal an exact number, binary data a base64 string; structs and
+    lists hold their values so. (``to_pylist`` gives a map as a list of
+    pairs, a decimal as a ``Decimal`` and binary data as ``bytes``, which
+    JSON has no form for.)"""
+    values: list[Any] = column.to_pylist()
+    if not _needs_json_form(column.type):
+        return values
+    return [_json_value(v, column.type) for v in values]
+
+
+def _needs_json_form(typ: pa.DataType) -> bool:
+    if pa.types.is_map(typ) or pa.types.is_decimal(typ) or pa.types.is_binary(typ) or \
+            pa.types.is_large_binary(typ) or pa.types.is_fixed_size_binary(typ):
+        return True
+    if pa.types.is_struct(typ):
+        return any(_needs_json_form(typ.field(i).type) for i in range(typ.num_fields))
+    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or \
+            pa.types.is_fixed_size_list(typ):
+        return _needs_json_form(typ.value_type)
+    return False
+
+
+def _json_value(value: Any, typ: pa.DataType) -> Any:
+    if value is None:
+        return None
+    if pa.types.is_map(typ):
+        return {str(k): _json_value(v, typ.item_type) for k, v in value}
+    if pa.types.is_decimal(typ):
+        return orjson.Fragment(str(value))
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if pa.types.is_struct(typ):
+        return {f.name: _json_value(value[f.name], f.type)
+                for f in (typ.field(i) for i in range(typ.num_fields))}
+    if isinstance(value, list):
+        return [_json_value(v, typ.value_type) for v in value]
+    return value

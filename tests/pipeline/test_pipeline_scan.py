@@ -402,6 +402,40 @@ def test_bulk_and_row_by_row_writes_frame_the_same_bytes(
     assert sum(len(docs) for docs in seen[1][1].values()) == len(rows)
 
 
+def test_maps_decimals_and_binary_are_written_as_json_holds_them() -> None:
+    """Columns JSON has no form for in Python's values: a map is an object,
+    a decimal an exact number, binary data base64 (as Spark's to_json
+    writes them), also inside structs and lists; both write paths frame the
+    same bytes."""
+    from decimal import Decimal
+
+    schema = pa.schema([
+        ("m", pa.map_(pa.string(), pa.int64())), ("d", pa.decimal128(10, 3)),
+        ("b", pa.binary()), ("s", pa.struct([("inner", pa.map_(pa.string(), pa.string()))])),
+        ("l", pa.list_(pa.decimal128(5, 1))),
+    ])
+    rows = [{"m": [("a", 1), ("b", 2)], "d": Decimal("12.340"), "b": b"\x00\xffhi",
+             "s": {"inner": [("k", "v")]}, "l": [Decimal("1.5"), None]},
+            {"m": None, "d": None, "b": None, "s": None, "l": None}]
+    framed = []
+    for bulk in (False, True):
+        with MemoryJournalClient() as store:
+            store.create("out", NDJSON)
+            result = publish_rows(Target("unused", journal="out"),
+                                  [pa.RecordBatch.from_pylist(rows, schema=schema)], store,
+                                  bulk=bulk)
+            framed.append(_lines_without_uuids(store, "out")[0])
+            commit_job(store, [result])
+            docs = [e.message for e in ReadCommittedIter(store, "out", lambda _s: JsonDocument())
+                    if get_flags(e.message.get_uuid()) != Flags.ACK_TXN]
+        assert [{k: v for k, v in d.items() if k != "_meta"} for d in docs] == [
+            {"m": {"a": 1, "b": 2}, "d": 12.34, "b": "AP9oaQ==", "s": {"inner": {"k": "v"}},
+             "l": [1.5, None]},
+            {"m": None, "d": None, "b": None, "s": None, "l": None}]
+        assert b'"d":12.340' in framed[-1][0]
+    assert framed[0] == framed[1]
+
+
 def test_a_column_named_like_the_uuid_path_is_written_row_by_row(tmp_path: Path) -> None:
     """A ``_meta`` column: the UUID goes inside its value, as JsonDocument
     puts it (the bulk path leaves such rows to the reference)."""
