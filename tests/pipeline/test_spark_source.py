@@ -597,6 +597,22 @@ def test_write_creates_a_missing_store_and_journal(spark: Any, tmp_path: Path) -
     assert sorted((r.s, r.n) for r in csv.collect()) == [(f"w{i}", i) for i in range(5)]
 
 
+def test_a_write_in_overwrite_mode_is_refused(spark: Any, tmp_path: Path) -> None:
+    """Journals are append-only: mode("overwrite") is one clear error, and
+    writes nothing (it used to append)."""
+    root = tmp_path / "store"
+    df = spark.createDataFrame([("a", 1)], "s string, n long")
+    df.write.format("journal").option("root", str(root)).option("journal", "j") \
+        .mode("append").save()
+    with pytest.raises(Exception, match="append-only"):
+        df.write.format("journal").option("root", str(root)).option("journal", "j") \
+            .mode("overwrite").save()
+    with LocalJournalStore(root) as store:
+        rows = [e for e in ReadCommittedIter(store, "j", lambda _s: JsonDocument())
+                if "s" in e.message]
+    assert len(rows) == 1
+
+
 def test_content_fields_named_like_envelope_columns_are_renamed(
     spark: Any, tmp_path: Path
 ) -> None:
