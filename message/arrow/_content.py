@@ -4,15 +4,14 @@ fields, CSV columns, protobuf fields) and their conversion to Arrow."""
 from __future__ import annotations
 
 import importlib
-import io
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
+import orjson
 import pyarrow as pa
-import pyarrow.json as pa_json
 
 from framing import (
     CONTENT_TYPE_CSV,
@@ -200,38 +199,66 @@ def to_arrow(values: list[Any], typ: pa.DataType) -> pa.Array:
     return pa.array(out, type=typ)
 
 
-_INFERRED: Final = (pa.int64(), pa.float64(), pa.bool_(), pa.string())
-
-
 def infer_json_fields(
     client: JournalClient, journals: Sequence[JournalSpec],
     uuid_path: Sequence[str] = DEFAULT_UUID_PATH,
 ) -> list[tuple[str, pa.DataType]]:
     """Content columns inferred, as ``spark.read.json`` would, from the first
-    MiB of each NDJSON journal (16 at most): the top-level scalar fields.
-    Nested fields and the UUID's own field are left out; a timestamp stays
-    text; a field seen with two types is a string. Empty when nothing can be
-    inferred: name the columns with a schema to be sure."""
+    MiB of each NDJSON journal (16 at most): the top-level scalar fields, in
+    the order first seen. Nested fields and the UUID's own field are left
+    out; a timestamp stays text; integers and floats make a float; a field
+    seen with two other types (in one journal or across them) is a string.
+    Empty when nothing can be inferred: name the columns with a schema to be
+    sure."""
     skip = uuid_path[0] if uuid_path else ""
-    columns: dict[str, pa.DataType] = {}
-    try:
-        for spec in list(journals)[:16]:
-            if spec.content_type != CONTENT_TYPE_JSON_LINES:
-                continue
+    columns: dict[str, pa.DataType | None] = {}  # None: nested only, so far
+    for spec in list(journals)[:16]:
+        if spec.content_type != CONTENT_TYPE_JSON_LINES:
+            continue
+        try:
             with client.read(spec.name, 0, _head(client, spec.name, INFER_BYTES)) as r:
                 data = read_all(r)
-            data = data[: data.rfind(b"\n") + 1]
-            if not data:
+        except (OSError, ValueError):
+            continue  # inference is a convenience: it never fails a read
+        for line in data[: data.rfind(b"\n") + 1].splitlines():
+            try:
+                doc = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue  # a corrupt frame: the read reports it
+            if not isinstance(doc, dict):
                 continue
-            table = pa_json.read_json(io.BytesIO(data))
-            for f in table.schema:
-                typ = pa.string() if pa.types.is_timestamp(f.type) else f.type
-                if f.name == skip or typ not in _INFERRED:
+            for name, value in doc.items():
+                if name == skip or value is None:
                     continue
-                columns[f.name] = typ if columns.get(f.name, typ) == typ else pa.string()
-    except (pa.ArrowInvalid, OSError, ValueError):
-        return []  # inference is a convenience: it never fails a read
-    return list(columns.items())
+                typ = _json_type(value)
+                if name not in columns:
+                    columns[name] = typ
+                else:
+                    columns[name] = _unified(columns[name], typ)
+    return [(name, typ) for name, typ in columns.items() if typ is not None]
+
+
+def _json_type(value: Any) -> pa.DataType | None:
+    """The column type of a decoded JSON value (None: an object or a list)."""
+    if isinstance(value, bool):
+        return pa.bool_()
+    if isinstance(value, int):
+        return pa.int64() if -(1 << 63) <= value < (1 << 63) else pa.float64()
+    if isinstance(value, float):
+        return pa.float64()
+    if isinstance(value, str):
+        return pa.string()
+    return None
+
+
+def _unified(a: pa.DataType | None, b: pa.DataType | None) -> pa.DataType | None:
+    """One column type for values of types ``a`` and ``b``, as Spark's JSON
+    inference makes it: a number for integers and floats, else text."""
+    if a == b:
+        return a
+    if {a, b} == {pa.int64(), pa.float64()}:
+        return pa.float64()
+    return pa.string()
 
 
 def _proto_fields(proto_class: Any, uuid_field: str) -> list[tuple[str, pa.DataType]]:

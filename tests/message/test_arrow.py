@@ -40,6 +40,7 @@ from message.arrow import (  # noqa: E402
     ENVELOPE_FIELDS,
     ReadCommittedArrow,
     ReadUncommittedArrow,
+    infer_json_fields,
 )
 from tests.strategies import Workload, workloads  # noqa: E402
 
@@ -239,6 +240,23 @@ def test_inferred_schema_and_empty_journal(tmp_path: Any) -> None:
         table = ReadCommittedArrow(store, "docs").read_all()
         assert table.column_names[len(ENVELOPE_FIELDS):] == ["page", "n"]
         assert table["uuid"][0].as_py() == str(uuid.UUID(table["uuid"][0].as_py()))
+
+
+def test_inference_unifies_the_types_a_field_takes(tmp_path: Any) -> None:
+    """A field with two types in one journal (or across journals) is a
+    string, integers and floats a float, nested values left out unless a
+    scalar shares their name; no field's mix hides the other fields."""
+    with LocalJournalStore(tmp_path) as store:
+        a, b = store.create("mix/a", NDJSON), store.create("mix/b", NDJSON)
+        pub = Publisher(store)
+        for spec, doc in [(a, JsonDocument(k=1, x=1, n={"a": 1}, page="/")),
+                          (a, JsonDocument(k="one", x=2.5, n={"b": 2}, page="/b")),
+                          (b, JsonDocument(k=3, x=3, m=[1], ok=True)),
+                          (b, JsonDocument(m="text", ok=None))]:
+            pub.publish_committed(lambda d, s=spec: (s.name, s.content_type), doc).result()
+        fields = infer_json_fields(store, [a, b])
+    assert fields == [("k", pa.string()), ("x", pa.float64()), ("page", pa.string()),
+                      ("m", pa.string()), ("ok", pa.bool_())]
 
 
 def test_blank_lines_and_values_of_another_type_take_the_exact_path(tmp_path: Any) -> None:
