@@ -19,7 +19,7 @@ from message.arrow import (
     ENVELOPE_NAMES,
     ArrowContent,
     content_column_names,
-    infer_json_fields,
+    infer_content_fields,
 )
 
 from ._content import proto_content_ddl
@@ -50,7 +50,8 @@ _INFERRED_TYPES: Final = {
 
 def _inferred_ddl(options: Mapping[str, str]) -> str:
     """Content columns inferred, as ``spark.read.json`` would, from the first
-    documents of the NDJSON journals read (``message.arrow.infer_json_fields``).
+    documents of the NDJSON journals read, or the CSV records' fields
+    (``message.arrow.infer_content_fields``).
     Empty when nothing can be inferred; name the columns with the ``schema``
     option to be sure."""
     try:
@@ -62,7 +63,7 @@ def _inferred_ddl(options: Mapping[str, str]) -> str:
     try:
         path = uuid_path_option(options)
         with where.open() as store:
-            fields = infer_json_fields(store, select_journals(store, options), path)
+            fields = infer_content_fields(store, select_journals(store, options), path)
     except (OSError, ValueError):
         return ""  # inference is a convenience: it never fails a read
     return ", ".join(f"`{name}` {_INFERRED_TYPES[typ]}" for name, typ in fields)

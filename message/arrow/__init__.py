@@ -72,6 +72,9 @@ from ._content import (
     content_column_names as content_column_names,
 )
 from ._content import (
+    infer_content_fields as infer_content_fields,
+)
+from ._content import (
     infer_json_fields as infer_json_fields,
 )
 from ._content import (
@@ -90,6 +93,7 @@ from ._windows import envelope_columns as envelope_columns
 __all__ = [
     "ReadCommittedArrow", "ReadUncommittedArrow", "ArrowContent", "ENVELOPE_FIELDS",
     "ENVELOPE_NAMES", "BATCH_BYTES", "PROTO_TYPES", "envelope_columns", "infer_json_fields",
+    "infer_content_fields",
     "load_proto_class", "to_arrow", "bucket_of", "ndjson_frames", "json_values",
     "content_column_names",
 ]

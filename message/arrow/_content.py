@@ -17,6 +17,7 @@ from framing import (
     CONTENT_TYPE_CSV,
     CONTENT_TYPE_JSON_LINES,
     CONTENT_TYPE_PROTO_FIXED,
+    framing_by_content_type,
 )
 from journal import JournalClient, JournalSpec, read_all
 
@@ -236,6 +237,38 @@ def infer_json_fields(
                 else:
                     columns[name] = _unified(columns[name], typ)
     return [(name, typ) for name, typ in columns.items() if typ is not None]
+
+
+def infer_content_fields(
+    client: JournalClient, journals: Sequence[JournalSpec],
+    uuid_path: Sequence[str] = DEFAULT_UUID_PATH,
+) -> list[tuple[str, pa.DataType]]:
+    """Content columns inferred from the first MiB of each journal (16 at
+    most): NDJSON fields as :func:`infer_json_fields` infers them; where no
+    journal is NDJSON, the fields after the UUID of CSV records, by
+    position, as strings named ``_c1``, ``_c2``, ... (the field's index in
+    the record; Spark's CSV reader names its columns ``_c0``, ...)."""
+    specs = list(journals)[:16]
+    if any(spec.content_type == CONTENT_TYPE_JSON_LINES for spec in specs):
+        return infer_json_fields(client, specs, uuid_path)
+    framing = framing_by_content_type(CONTENT_TYPE_CSV)
+    width = 0
+    for spec in specs:
+        if spec.content_type != CONTENT_TYPE_CSV:
+            continue
+        try:
+            with client.read(spec.name, 0, _head(client, spec.name, INFER_BYTES)) as r:
+                frames = [frame for _, _, frame in framing.read_frames(r)]
+        except (OSError, ValueError):
+            continue  # inference is a convenience: it never fails a read
+        for frame in frames:
+            record = CSVRecord()
+            try:
+                framing.unmarshal_frame(frame, record)
+            except ValueError:
+                continue  # a corrupt frame: the read reports it
+            width = max(width, len(record) - 1)
+    return [(f"_c{i}", pa.string()) for i in range(1, width + 1)]
 
 
 def _json_type(value: Any) -> pa.DataType | None:

@@ -22,7 +22,7 @@ from ..layout import (
     clocks_of,
     flags_of,
 )
-from ._content import BATCH_BYTES, ArrowContent, _head, _proto_fields, infer_json_fields
+from ._content import BATCH_BYTES, ArrowContent, _head, _proto_fields, infer_content_fields
 from ._source import _Source
 from ._windows import _MASK48, _one_chunk, _span_rows, _take, _Window, bucket_of, envelope_columns
 
@@ -81,7 +81,7 @@ class _ArrowReader(Closing):
                 if proto_class is not None:
                     fields = _proto_fields(proto_class, uuid_field)
                 else:
-                    fields = infer_json_fields(client, self.specs, path)
+                    fields = infer_content_fields(client, self.specs, path)
             else:
                 fields = [(f.name, f.type) if isinstance(f, pa.Field) else (f[0], f[1])
                           for f in schema]
@@ -309,8 +309,8 @@ class ReadCommittedArrow(_ArrowReader):
     ACK_TXN messages left out unless ``include_acks``.
 
     Content: ``schema`` (a ``pyarrow.Schema`` or ``(name, type)`` pairs)
-    names the content columns; without one, NDJSON fields are inferred
-    (:func:`infer_json_fields`) and a fixed-protobuf ``proto_class`` gives
+    names the content columns; without one, NDJSON fields (or CSV ones) are
+    inferred (:func:`infer_content_fields`) and a fixed-protobuf ``proto_class`` gives
     all its scalar fields. ``uuid_path`` says where an NDJSON document keeps
     its UUID; ``content`` (an :class:`ArrowContent`) says all of it at once.
 

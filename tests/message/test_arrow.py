@@ -259,6 +259,25 @@ def test_inference_unifies_the_types_a_field_takes(tmp_path: Any) -> None:
                       ("m", pa.string()), ("ok", pa.bool_())]
 
 
+def test_csv_fields_are_inferred_by_position(tmp_path: Any) -> None:
+    """Without a schema, a CSV journal's fields after the UUID are string
+    columns _c1, _c2, ... (as wide as its widest record)."""
+    from message import CSVRecord
+
+    with LocalJournalStore(tmp_path) as store:
+        spec = store.create("csv", {"content-type": "text/csv"})
+        pub = Publisher(store)
+        to = lambda d: (spec.name, spec.content_type)  # noqa: E731
+        pub.publish_committed(to, CSVRecord(["", "a", "1"])).result()
+        pub.publish_uncommitted(to, CSVRecord(["", "b", "2, with a comma"])).result()
+        for intent in pub.build_ack_intents():
+            store.append(intent.journal, intent.intent).result()
+        table = ReadCommittedArrow(store, "csv").read_all()
+    assert table.column_names[len(ENVELOPE_FIELDS):] == ["_c1", "_c2"]
+    assert table.column("_c1").to_pylist() == ["a", "b"]
+    assert table.column("_c2").to_pylist() == ["1", "2, with a comma"]
+
+
 def test_blank_lines_and_values_of_another_type_take_the_exact_path(tmp_path: Any) -> None:
     """Windows Arrow will not take as they are (a blank line, which the
     framing calls corrupt; a field of another type than the schema's) are

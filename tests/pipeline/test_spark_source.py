@@ -577,6 +577,22 @@ def test_content_columns_are_inferred_without_a_schema(spark: Any, tmp_path: Pat
     assert rows == [("i/a", "/a", "1"), ("i/b", "/b", "two")]
 
 
+def test_csv_content_columns_are_inferred_without_a_schema(spark: Any, tmp_path: Path) -> None:
+    """With no schema option, a CSV journal's fields after the UUID are
+    string columns _c1, _c2, ..., by position."""
+    from message import CSVRecord
+
+    with LocalJournalStore(tmp_path) as store:
+        store.create("c", {"content-type": "text/csv"})
+        pub = Publisher(store)
+        for i in range(3):
+            pub.publish_committed(lambda d: ("c", "text/csv"), CSVRecord(["", f"k{i}", str(i)]))
+        store.flush()
+    df = spark.read.format("journal").option("root", str(tmp_path)).option("journal", "c").load()
+    assert dict(df.dtypes)["_c1"] == "string" and dict(df.dtypes)["_c2"] == "string"
+    assert sorted((r._c1, r._c2) for r in df.collect()) == [(f"k{i}", str(i)) for i in range(3)]
+
+
 def test_write_creates_a_missing_store_and_journal(spark: Any, tmp_path: Path) -> None:
     """Writing to a journal that does not exist creates the store and the journal
     (NDJSON by default, or the content_type option), then reads back exactly once."""
