@@ -178,11 +178,15 @@ class ArrowContent:
 def to_arrow(values: list[Any], typ: pa.DataType) -> pa.Array:
     """``values`` as an Arrow array of ``typ``. Values that do not convert
     (a string where a number is expected, say) become null, as Spark's JSON
-    reader does in its default PERMISSIVE mode."""
+    reader does in its default PERMISSIVE mode; a value that is not a
+    string, in a string column, is its JSON text (``{"a":1}``, ``true``)."""
     try:
         return pa.array(values, type=typ)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
         pass
+    if pa.types.is_string(typ) or pa.types.is_large_string(typ):
+        return pa.array([v if v is None or isinstance(v, str) else orjson.dumps(v).decode()
+                         for v in values], type=typ)
     if all(v is None or isinstance(v, str) for v in values):
         try:  # CSV text: Arrow's own casts parse numbers, booleans and times.
             return pa.array(values, type=pa.string()).cast(typ)

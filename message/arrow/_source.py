@@ -141,8 +141,9 @@ class _Source:
             content = table.select(self.content.names) if self.content.fields else (
                 pa.table({"_": pa.nulls(len(ends))}).select([])
             )
-        except (pa.ArrowInvalid, pa.ArrowTypeError, ValueError, KeyError):
-            return None
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError,
+                KeyError):
+            return None  # (a map column, say: Arrow's JSON reader has no conversion)
         return _Window(at, at + len(data), begins + at, ends + at, hi, lo, content)
 
     @staticmethod
