@@ -40,7 +40,7 @@ from ._options import (
 from ._recover import recover
 from ._scan import READ_COMMITTED, READ_UNCOMMITTED, read_journal
 from ._stores import StoreOptions, select_journals
-from ._values import given
+from ._values import given, positive_option
 from ._write import (
     PublishedBatch,
     Target,
@@ -75,6 +75,14 @@ class _Splits(InputPartition):
     splits: tuple[_Split, ...]
 
 
+def _splits_per_journal(options: Mapping[str, str]) -> int | None:
+    """The option ``splits_per_journal``: a number of tasks, or None for
+    ``auto`` (the default: one per 64 MiB, at most 8)."""
+    if options.get("splits_per_journal", "auto").strip().lower() == "auto":
+        return None
+    return positive_option(options, "splits_per_journal", "auto or a whole number of tasks")
+
+
 def _pack(splits: list[_Split], tasks: int) -> list[_Splits]:
     """``splits`` in ``tasks`` tasks of about equal bytes (the largest first,
     each to the task with the fewest bytes so far), each task's in order."""
@@ -100,6 +108,7 @@ class SparkBatchReader(DataSourceReader):
         if self.isolation not in (READ_COMMITTED, READ_UNCOMMITTED):
             raise ValueError(f"isolation must be {READ_COMMITTED} or {READ_UNCOMMITTED}")
         self.content = content_spec(options, schema)
+        _splits_per_journal(options)  # a bad value fails here, not in partitions()
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         # ACKs are control records of read committed; read uncommitted is every frame.
         self.acks = _include_acks(options) or self.isolation == READ_UNCOMMITTED
@@ -107,18 +116,18 @@ class SparkBatchReader(DataSourceReader):
             recover(store)
 
     def partitions(self) -> Sequence[InputPartition]:
-        splits = self.options.get("splits_per_journal", "auto")
+        splits = _splits_per_journal(self.options)
         out: list[_Split] = []
         with self.where.open() as store:
             for spec in select_journals(store, self.options):
                 end = store.head(spec.name)
                 n = (
                     min(MAX_SPLITS, max(1, math.ceil(end / SPLIT_BYTES)))
-                    if splits == "auto" else max(1, int(splits))
+                    if splits is None else splits
                 )
                 out += [_Split(spec.name, end, b, n) for b in range(n)]
         tasks = self.parallelism
-        if (splits == "auto" and tasks is not None and len(out) > tasks
+        if (splits is None and tasks is not None and len(out) > tasks
                 and sum(s.weight for s in out) < tasks * SPLIT_BYTES):
             # Small journals: one wave of tasks, one a core, as Spark's file
             # sources pack small files (a Python task costs more to start).

@@ -60,7 +60,8 @@ class StoreOptions:
         if bool(root) == bool(broker):
             raise ValueError(
                 "the journal data source needs the option root (a store directory) or the"
-                " option broker (a Gazette broker URL, e.g. http://127.0.0.1:8080), not both"
+                " option broker (a Gazette broker URL, e.g. http://127.0.0.1:8080)"
+                + (": give one, not both" if root else ": neither was given")
             )
         if root:
             # Absolute: executors resolve relative paths in their own working directory.

@@ -275,7 +275,7 @@ def test_latest_state_by_key_through_brokers(
 
 def test_root_and_broker_together_is_one_error(spark: Any, tmp_path: Path) -> None:
     """Both root and broker, or neither: one clear error."""
-    with pytest.raises(Exception, match="not both"):
+    with pytest.raises(Exception, match="give one, not both"):
         (spark.read.format("journal").option("root", str(tmp_path))
          .option("broker", "http://127.0.0.1:1").option("journal", "x").load().collect())
 

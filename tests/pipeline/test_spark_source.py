@@ -510,8 +510,10 @@ def test_bad_options_are_clear_errors(spark: Any, tmp_path: Path) -> None:
     a selector that matches nothing reads no rows."""
     with LocalJournalStore(tmp_path) as store:
         store.create("j", NDJSON)
-    with pytest.raises(Exception, match="root"):
+    with pytest.raises(Exception, match=r"root .* or the option broker .*: neither was given"):
         spark.read.format("journal").option("journal", "j").load().collect()
+    with pytest.raises(Exception, match="splits_per_journal must be auto or a whole number"):
+        reader(spark, tmp_path, journal="j", splits_per_journal="zero").collect()
     with pytest.raises(Exception, match="exactly one of"):
         reader(spark, tmp_path, journal="j", selector="a=b").collect()
     with pytest.raises(Exception, match="isolation"):
