@@ -529,32 +529,33 @@ done:
 /* The names of the publishing methods' arguments (as message/_publisher.py). */
 static const char *const PUBLISH_ARGS[] = {"mapping", "msg"};
 
+/* A publishing method's (mapping, msg), by position (the fast way) or by name. */
+static PyObject *
+publish_bound(Publisher *p, const char *fname, PyObject *const *args, Py_ssize_t nargs,
+              PyObject *kwnames, unsigned flags)
+{
+    if (nargs == 2 && kwnames == NULL) {
+        return publish(p, args[0], args[1], flags);
+    }
+    PyObject *a[2];
+    if (bind_args(fname, args, nargs, kwnames, PUBLISH_ARGS, 2, a) < 0) {
+        return NULL;
+    }
+    return publish(p, a[0], a[1], flags);
+}
+
 static PyObject *
 publisher_publish_committed(Publisher *p, PyObject *const *args, Py_ssize_t nargs,
                             PyObject *kwnames)
 {
-    if (nargs == 2 && kwnames == NULL) {
-        return publish(p, args[0], args[1], OUTSIDE_TXN);
-    }
-    PyObject *a[2];
-    if (bind_args("publish_committed", args, nargs, kwnames, PUBLISH_ARGS, 2, a) < 0) {
-        return NULL;
-    }
-    return publish(p, a[0], a[1], OUTSIDE_TXN);
+    return publish_bound(p, "publish_committed", args, nargs, kwnames, OUTSIDE_TXN);
 }
 
 static PyObject *
 publisher_publish_uncommitted(Publisher *p, PyObject *const *args, Py_ssize_t nargs,
                               PyObject *kwnames)
 {
-    if (nargs == 2 && kwnames == NULL) {
-        return publish(p, args[0], args[1], CONTINUE_TXN);
-    }
-    PyObject *a[2];
-    if (bind_args("publish_uncommitted", args, nargs, kwnames, PUBLISH_ARGS, 2, a) < 0) {
-        return NULL;
-    }
-    return publish(p, a[0], a[1], CONTINUE_TXN);
+    return publish_bound(p, "publish_uncommitted", args, nargs, kwnames, CONTINUE_TXN);
 }
 
 /* publish_uncommitted_frames(journal, count, frame, ack): see the Python

@@ -690,9 +690,9 @@ def test_abort_of_a_csv_transaction_writes_an_ack_as_wide_as_its_records(
     """In a CSV journal, abort's roll-back ACK has as many fields as the
     producer's records: a reader that requires it (Go's, new_unmarshal_func)
     reads the whole journal."""
-    from framing import framing_by_content_type
     from journal import LocalJournalStore
     from message import CSVRecord, Publisher, modulo_mapping
+    from tests.csv_support import strict_csv_records
 
     root = tmp_path / "store"
     with LocalJournalStore(root) as store:
@@ -704,15 +704,7 @@ def test_abort_of_a_csv_transaction_writes_an_ack_as_wide_as_its_records(
     r = run(root, "abort", "t/csv", "--producer", pub.producer_id.hex())
     assert r.returncode == 0, r.stderr
     with LocalJournalStore(root) as store:
-        unmarshal = framing_by_content_type("text/csv").new_unmarshal_func(store.read("t/csv"))
-        widths = []
-        while True:
-            rec = CSVRecord()
-            try:
-                unmarshal(rec)
-            except EOFError:
-                break
-            widths.append(len(rec))
+        widths = [len(r) for r in strict_csv_records(store.read("t/csv"))]
     assert widths == [3, 3, 3]
     assert [json.loads(x)["message"][1:] for x in ok(root, "read", "t/csv").splitlines()] == [
         ["a", "1"]]

@@ -596,8 +596,8 @@ def test_a_csv_transaction_reads_back_through_a_fields_checking_reader() -> None
     which requires every record to be as wide as the first (as Go's CSV
     reader does): each ACK is as wide as its transaction's records, as
     Gazette's CSVRecord makes it."""
-    from framing import framing_by_content_type
     from message import CSVRecord
+    from tests.csv_support import strict_csv_records
 
     csv = {"content-type": "text/csv"}
     with MemoryJournalClient() as client:
@@ -609,15 +609,7 @@ def test_a_csv_transaction_reads_back_through_a_fields_checking_reader() -> None
         for intent in pub.build_ack_intents():
             client.append(intent.journal, intent.intent).result()
         pub.publish_committed(mapping, CSVRecord(["", "k9", "9"])).result()
-        unmarshal = framing_by_content_type("text/csv").new_unmarshal_func(client.read("csv/a"))
-        records = []
-        while True:
-            rec = CSVRecord()
-            try:
-                unmarshal(rec)
-            except EOFError:
-                break
-            records.append(rec)
+        records = strict_csv_records(client.read("csv/a"))
         assert [len(r) for r in records] == [3] * 5
         assert [get_flags(r.get_uuid()) for r in records] == [
             Flags.CONTINUE_TXN, Flags.CONTINUE_TXN, Flags.CONTINUE_TXN, Flags.ACK_TXN,
