@@ -4,8 +4,9 @@ fields, CSV columns, protobuf fields) and their conversion to Arrow."""
 from __future__ import annotations
 
 import importlib
+import io
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -78,8 +79,10 @@ def content_column_names(names: Sequence[str]) -> list[str]:
 
 #: Bytes of a journal read, decoded and sequenced at once (a batch's worth).
 BATCH_BYTES: Final = 8 << 20
-#: Bytes at the start of each journal that NDJSON schema inference looks at.
+#: Bytes at the start of each journal that schema inference looks at.
 INFER_BYTES: Final = 1 << 20
+#: Journals of a read that schema inference looks at, the first ones.
+INFER_JOURNALS: Final = 16
 
 
 
@@ -217,14 +220,7 @@ def infer_json_fields(
     sure."""
     skip = uuid_path[0] if uuid_path else ""
     columns: dict[str, pa.DataType | None] = {}  # None: nested only, so far
-    for spec in list(journals)[:16]:
-        if spec.content_type != CONTENT_TYPE_JSON_LINES:
-            continue
-        try:
-            with client.read(spec.name, 0, _head(client, spec.name, INFER_BYTES)) as r:
-                data = read_all(r)
-        except (OSError, ValueError):
-            continue  # inference is a convenience: it never fails a read
+    for data in _first_bytes(client, journals, CONTENT_TYPE_JSON_LINES):
         for line in data[: data.rfind(b"\n") + 1].splitlines():
             try:
                 doc = orjson.loads(line)
@@ -236,10 +232,7 @@ def infer_json_fields(
                 if name == skip or value is None:
                     continue
                 typ = _json_type(value)
-                if name not in columns:
-                    columns[name] = typ
-                else:
-                    columns[name] = _unified(columns[name], typ)
+                columns[name] = _unified(columns[name], typ) if name in columns else typ
     return [(name, typ) for name, typ in columns.items() if typ is not None]
 
 
@@ -252,19 +245,15 @@ def infer_content_fields(
     journal is NDJSON, the fields after the UUID of CSV records, by
     position, as strings named ``_c1``, ``_c2``, ... (the field's index in
     the record; Spark's CSV reader names its columns ``_c0``, ...)."""
-    specs = list(journals)[:16]
-    if any(spec.content_type == CONTENT_TYPE_JSON_LINES for spec in specs):
-        return infer_json_fields(client, specs, uuid_path)
+    if any(spec.content_type == CONTENT_TYPE_JSON_LINES for spec in journals[:INFER_JOURNALS]):
+        return infer_json_fields(client, journals, uuid_path)
     framing = framing_by_content_type(CONTENT_TYPE_CSV)
     width = 0
-    for spec in specs:
-        if spec.content_type != CONTENT_TYPE_CSV:
-            continue
+    for data in _first_bytes(client, journals, CONTENT_TYPE_CSV):
         try:
-            with client.read(spec.name, 0, _head(client, spec.name, INFER_BYTES)) as r:
-                frames = [frame for _, _, frame in framing.read_frames(r)]
-        except (OSError, ValueError):
-            continue  # inference is a convenience: it never fails a read
+            frames = [frame for _, _, frame in framing.read_frames(io.BytesIO(data))]
+        except ValueError:
+            continue  # the read reports it
         for frame in frames:
             record = CSVRecord()
             try:
@@ -273,6 +262,22 @@ def infer_content_fields(
                 continue  # a corrupt frame: the read reports it
             width = max(width, len(record) - 1)
     return [(f"_c{i}", pa.string()) for i in range(1, width + 1)]
+
+
+def _first_bytes(
+    client: JournalClient, journals: Sequence[JournalSpec], content_type: str
+) -> Iterator[bytes]:
+    """The first ``INFER_BYTES`` of each journal of ``content_type`` among the
+    first ``INFER_JOURNALS`` (one that cannot be read is passed over:
+    inference is a convenience, it never fails a read)."""
+    for spec in journals[:INFER_JOURNALS]:
+        if spec.content_type != content_type:
+            continue
+        try:
+            with client.read(spec.name, 0, _head(client, spec.name, INFER_BYTES)) as r:
+                yield read_all(r)
+        except (OSError, ValueError):
+            continue
 
 
 def _json_type(value: Any) -> pa.DataType | None:
