@@ -39,12 +39,10 @@ from message import (
     Checkpoint,
     CommittedSource,
     Envelope,
-    Flags,
     ProducerState,
     Publisher,
     clock_to_unix_ns,
     get_clock,
-    get_flags,
 )
 
 from ._errors import FencedError, StoreError
@@ -66,7 +64,6 @@ PRUNE_HORIZON: Final = datetime.timedelta(hours=24)
 #: with messages ready takes its turn.
 TURN: Final = 256
 
-_ACK: Final = int(Flags.ACK_TXN)
 #: At interpreter exit, how long a shard still serving may take to commit
 #: its open transaction and stop (past it, the transaction is abandoned:
 #: the shard's next start reads it again).
@@ -81,10 +78,6 @@ def exit_deadline() -> float:
     if not _exit_deadline:
         _exit_deadline.append(time.monotonic() + EXIT_TIMEOUT)
     return _exit_deadline[0]
-
-
-def _is_ack(env: Envelope) -> bool:
-    return get_flags(env.message.get_uuid()) == _ACK
 
 
 class ShardLoop:
@@ -199,7 +192,7 @@ class ShardLoop:
             self._sources.append(CommittedSource(
                 self._client, journal, app.new_message, offset=cp.offsets.get(journal, 0),
                 states=[s for s in cp.states if s.journal == journal],
-                notify=self._wake, fail=self._fail,
+                notify=self._wake, fail=self._fail, include_acks=False,
             ))
         log.info(
             "shard %s serving %s from offsets %s (%d producers known, producer %s)",
@@ -299,13 +292,9 @@ class ShardLoop:
                 self.quiescent = False  # see caught_up
                 it = src.it
                 assert it is not None
-                committed_by = it.sequencer.committed_by
                 left = TURN
                 env = None
-                for env in it:
-                    # Only the envelope that commits a sequence can be its ACK.
-                    if env is committed_by() and _is_ack(env):
-                        continue
+                for env in it:  # (ACKs are left out by the source)
                     deadline = None
                     timeout = yield env
                     left -= 1

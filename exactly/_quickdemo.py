@@ -67,12 +67,8 @@ def run_quick_demo(store: Path, out: TextIO) -> int:
         kinds = Counter(Flags(get_flags(e.message.get_uuid())).name for e in raw)
         shown = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
         print(f"read uncommitted: {counted(len(raw), 'frame')} ({shown})", file=out)
-        it = ReadCommittedIter(client, JOURNAL, new, Sequencer(buffer=2))
-        got = [
-            cast(JsonDocument, e.message)["order"]
-            for e in it
-            if get_flags(e.message.get_uuid()) != Flags.ACK_TXN
-        ]
+        it = ReadCommittedIter(client, JOURNAL, new, Sequencer(buffer=2), include_acks=False)
+        got = [cast(JsonDocument, e.message)["order"] for e in it]
         print(f"read committed:   {counted(len(got), 'message')}, with"
               f" {counted(it.replays, 'replay')} from a 2-envelope ring: {', '.join(got)}",
               file=out)

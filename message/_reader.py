@@ -31,7 +31,7 @@ from ._interfaces import NewMessageFunc
 from ._sequencer import Sequencer
 from ._sequencer import Sequencer as PySequencer
 from ._spans import report_open_spans
-from ._uuid import clock_to_unix_ns, get_clock
+from ._uuid import Flags, clock_to_unix_ns, get_clock, get_flags
 
 if TYPE_CHECKING:
     import datetime
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from journal import JournalClient, JournalReader, JournalSpec, Transient, TransientListener
 
 log = logging.getLogger("message")
+#: The flags of an ACK_TXN message (``include_acks=False`` leaves out those that commit).
+_ACK = int(Flags.ACK_TXN)
 
 
 #: The native core (message/_native.c), or None when the Python loops run;
@@ -443,6 +445,11 @@ class ReadCommittedIter(_EnvelopeIter):
     of a transaction. Given a checkpoint, a ``sequencer`` passed alongside
     must not have queued anything: its buffer size is kept and its producer
     states become the checkpoint's.
+
+    ACK_TXN messages that commit are yielded, as a Sequencer outputs them,
+    unless ``include_acks=False``: then they are read and sequenced but
+    not handed out (control records, as the consumer runtime and the Spark
+    source treat them); checkpoints are the same either way.
     """
 
     def __init__(
@@ -458,10 +465,12 @@ class ReadCommittedIter(_EnvelopeIter):
         checkpoint: Checkpoint | None = None,
         skip_corrupt: bool = False,
         transient: bool = False,
+        include_acks: bool = True,
     ) -> None:
         self._client = client
         self._journal = journal
         self._new_message = new_message
+        self._include_acks = include_acks
         self._base_offsets: dict[str, int] = {}
         if checkpoint is not None:
             if sequencer is None:
@@ -485,7 +494,8 @@ class ReadCommittedIter(_EnvelopeIter):
             and not transient  # emits pass the Sequencer by, in _generate
         ):
             # The native loop: the envelope reader feeds the native Sequencer.
-            self._gen = NATIVE.CommittedReader(native, self.sequencer, self._start_replay)
+            self._gen = NATIVE.CommittedReader(
+                native, self.sequencer, self._start_replay, include_acks=include_acks)
         else:
             self._gen = self._generate()
 
@@ -510,8 +520,17 @@ class ReadCommittedIter(_EnvelopeIter):
         return self._uncommitted.skipped_ranges
 
     def _generate(self) -> Generator[Envelope, None, None]:
-        """Queue each envelope and yield what it commits, replaying as needed."""
-        yield from sequence_committed(self.sequencer, self._uncommitted, self._start_replay)
+        """Queue each envelope and yield what it commits, replaying as needed
+        (the committing ACKs left out without ``include_acks``)."""
+        committed = sequence_committed(self.sequencer, self._uncommitted, self._start_replay)
+        if self._include_acks:
+            yield from committed
+            return
+        committed_by = self.sequencer.committed_by
+        for env in committed:
+            if env is committed_by() and get_flags(env.message.get_uuid()) == _ACK:
+                continue
+            yield env
 
     def _start_replay(self, begin: int, end: int) -> ReadUncommittedIter:
         self.replays += 1

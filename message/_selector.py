@@ -51,7 +51,8 @@ class ReadCommittedSelectorIter(Closing):
     and leaves the checkpoint.
 
     ``interval``: how often a client that cannot watch a listing (any but a
-    Gazette cluster's) lists the selector again.
+    Gazette cluster's) lists the selector again. ``include_acks=False``
+    leaves out the ACK_TXN messages that commit (see ``ReadCommittedIter``).
     """
 
     def __init__(
@@ -63,9 +64,11 @@ class ReadCommittedSelectorIter(Closing):
         block: bool = True,
         checkpoint: Checkpoint | None = None,
         interval: float = 1.0,
+        include_acks: bool = True,
     ) -> None:
         self._client = client
         self._new_message = new_message
+        self._include_acks = include_acks
         self._block = block
         self._start = checkpoint or Checkpoint({}, [])
         self._cond = threading.Condition()
@@ -119,6 +122,7 @@ class ReadCommittedSelectorIter(Closing):
                 offset=start.offsets.get(name, 0),
                 states=[s for s in start.states if s.journal == name],
                 follow=self._block, notify=self._wake, fail=self._fail,
+                include_acks=self._include_acks,
             )
         except JournalNotFoundError:
             self._gone.add(name)  # deleted since it was listed

@@ -139,8 +139,9 @@ class CommittedSource:
     ``fail(journal, error)`` if waiting fails (without ``fail``, ``reopen()``
     raises the error). Without ``follow``, a source
     that ended stays ended. ``checkpoint()`` is valid between any two of
-    its envelopes. The building block of the consumer runtime's shards and
-    of ``ReadCommittedSelectorIter``.
+    its envelopes. ``include_acks=False`` leaves out the ACK_TXN messages
+    that commit (see ``ReadCommittedIter``). The building block of the
+    consumer runtime's shards and of ``ReadCommittedSelectorIter``.
     """
 
     def __init__(
@@ -154,8 +155,10 @@ class CommittedSource:
         follow: bool = True,
         notify: Callable[[], None] | None = None,
         fail: Callable[[str, BaseException], None] | None = None,
+        include_acks: bool = True,
     ) -> None:
         self.journal = journal
+        self._include_acks = include_acks
         self._error: BaseException | None = None  # the watch's, without ``fail``
         self.watch: GrowthWatch | None = (
             GrowthWatch(client, journal, notify or _nothing, fail or self._watch_failed)
@@ -194,7 +197,8 @@ class CommittedSource:
             raise self._error
         try:
             self.it = ReadCommittedIter(
-                self._client, self.journal, self._new_message, self.sequencer, offset=self.end
+                self._client, self.journal, self._new_message, self.sequencer, offset=self.end,
+                include_acks=self._include_acks,
             )
         except OffsetNotYetAvailableError as exc:
             if self.watch is None:

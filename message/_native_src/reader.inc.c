@@ -576,6 +576,7 @@ typedef struct {
     Reader *reader;
     Sequencer *seq;
     PyObject *replay; /* replay(begin, end) -> iterator of that range */
+    int include_acks; /* else an ACK_TXN that commits is dequeued, not handed out */
     int done;
 } Committed;
 
@@ -608,13 +609,15 @@ committed_dealloc(Committed *c)
 static PyObject *
 committed_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"reader", "sequencer", "replay", NULL};
+    static char *kwlist[] = {"reader", "sequencer", "replay", "include_acks", NULL};
     PyObject *reader, *seq, *replay;
+    int include_acks = 1;
     if (check_ready() < 0) {
         return NULL;
     }
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O:CommittedReader", kwlist, &ReaderType,
-                                     &reader, &SequencerType, &seq, &replay)) {
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!O|p:CommittedReader", kwlist,
+                                     &ReaderType, &reader, &SequencerType, &seq, &replay,
+                                     &include_acks)) {
         return NULL;
     }
     Committed *c = (Committed *)type->tp_alloc(type, 0);
@@ -624,6 +627,7 @@ committed_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     c->reader = (Reader *)Py_NewRef(reader);
     c->seq = (Sequencer *)Py_NewRef(seq);
     c->replay = Py_NewRef(replay);
+    c->include_acks = include_acks;
     return (PyObject *)c;
 }
 
@@ -647,6 +651,10 @@ committed_next(Committed *c)
         PyObject *env;
         int rc = seq_next(s, &env);
         if (rc == 1) {
+            if (!c->include_acks && is_committing_ack(s, env)) {
+                Py_DECREF(env);
+                continue;
+            }
             return env;
         }
         if (rc == 2) {
@@ -681,6 +689,10 @@ committed_next(Committed *c)
             return NULL;
         }
         if (alone != NULL) {
+            if (!c->include_acks && is_committing_ack(s, alone)) {
+                Py_DECREF(alone);
+                continue;
+            }
             return alone;
         }
     }

@@ -71,9 +71,11 @@ typedef struct {
     Py_ssize_t out_n, out_pos, out_cap;
     Replay replay;
     /* The sequence being dequeued: its partial (-1: a message with no
-     * clock; -2: forgotten since) and the envelope that committed it. */
+     * clock; -2: forgotten since), the envelope that committed it, and
+     * whether that envelope is an ACK_TXN. */
     Py_ssize_t inflight_p;
     PyObject *inflight_env;
+    int inflight_ack;
     UuidOf uuid_of;
 } Sequencer;
 
@@ -374,10 +376,19 @@ replay_clear(Replay *r)
 }
 
 static void
-set_inflight(Sequencer *s, Py_ssize_t p, PyObject *env)
+set_inflight(Sequencer *s, Py_ssize_t p, PyObject *env, int ack)
 {
     s->inflight_p = p;
+    s->inflight_ack = ack;
     Py_XSETREF(s->inflight_env, Py_NewRef(env));
+}
+
+/* True if env, just dequeued, is the ACK_TXN that committed its sequence:
+ * a control record, which a reader may leave out. */
+static inline int
+is_committing_ack(Sequencer *s, PyObject *env)
+{
+    return s->inflight_ack && env == s->inflight_env;
 }
 
 /* Drop the entries that have left the ring, so that memory stays bounded by
@@ -540,7 +551,7 @@ seq_queue_parts(Sequencer *s, PyObject *env, PyObject *msg, PyObject *spec, long
             return -1;
         }
         s->seq = seq;
-        set_inflight(s, -1, env);
+        set_inflight(s, -1, env, 0);
         return 1;
     }
     unsigned flags = flags_of(lo);
@@ -624,7 +635,7 @@ seq_queue_parts(Sequencer *s, PyObject *env, PyObject *msg, PyObject *spec, long
         }
     }
     s->seq = seq;
-    set_inflight(s, p - s->partials, env);
+    set_inflight(s, p - s->partials, env, flags == ACK_TXN);
     p->last_ack = p->max_clock = clock;
     if (p->begin != -1) {
         p->begin = -1;

@@ -18,10 +18,12 @@ from message import (
     Checkpoint,
     Clock,
     Envelope,
+    Flags,
     ProducerState,
     ReadCommittedIter,
     ReadUncommittedIter,
     Sequencer,
+    get_flags,
     new_clock,
 )
 from message._publisher import Publisher
@@ -109,6 +111,39 @@ def test_read_committed_equals_model_for_every_ring_size(seed: int) -> None:
             assert [key(e) for e in it] == expected, buffer
             if buffer == 1:
                 assert it.replays > 0
+
+
+def is_ack(env) -> bool:
+    return get_flags(env.message.get_uuid()) == Flags.ACK_TXN
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_include_acks_false_leaves_out_the_committing_acks_and_nothing_else(seed: int) -> None:
+    """Without ``include_acks``, the output is the Sequencer's less its ACK_TXN
+    messages, whatever the ring size (ACKs of replayed spans too); a
+    checkpoint at any cut point resumes the same filtered output."""
+    rng = random.Random(seed)
+    with MemoryJournalClient() as client:
+        client.create(J, NDJSON)
+        random_workload(client, rng, 120)
+        output = committed_output(uncommitted(client))
+        expected = [key(e) for e in output if not is_ack(e)]
+        assert len(expected) < len(output)  # the workload committed transactions
+        for buffer in (1, 2, 8, 4096):
+            it = ReadCommittedIter(client, J, new_doc, Sequencer(buffer=buffer),
+                                   include_acks=False)
+            assert [key(e) for e in it] == expected, buffer
+            if buffer == 1:
+                assert it.replays > 0
+        for cut in range(len(expected) + 1):
+            it = ReadCommittedIter(client, J, new_doc, Sequencer(buffer=rng.choice([1, 4096])),
+                                   include_acks=False)
+            got = [key(next(it)) for _ in range(cut)]
+            cp = it.checkpoint()
+            it.close()
+            resumed = ReadCommittedIter(client, J, new_doc, checkpoint=cp, include_acks=False)
+            got.extend(key(e) for e in resumed)
+            assert got == expected, cut
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -75,6 +75,20 @@ def test_reads_each_journal_of_the_selector_as_read_committed_iter_does(store: A
     assert len(numbers) < len(envelopes)  # the ACKs come too
 
 
+def test_include_acks_false_hands_over_the_messages_alone(store: Any) -> None:
+    """Without ``include_acks``, each journal's committed envelopes less its ACKs."""
+    make_input(store, PARTS, 600, seed=13)
+    with ReadCommittedSelectorIter(store, "prefix=clicks/", new_doc, block=False,
+                                   include_acks=False) as it:
+        envelopes = list(it)
+    assert envelopes and all("n" in env.message for env in envelopes)
+    expected = {}
+    for name in PARTS:
+        with ReadCommittedIter(store, name, new_doc) as full:
+            expected[name] = [(e.begin, e.end) for e in full if "n" in e.message]
+    assert per_journal(envelopes) == expected
+
+
 def test_journals_take_turns(store: Any) -> None:
     """A long journal does not hold back the others: the first envelopes
     come from every journal with envelopes ready."""
