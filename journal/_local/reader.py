@@ -114,7 +114,7 @@ class LocalJournalReader(ReaderBase):
             if self._fd is not None and self._fbegin <= off < self._flimit:
                 view = buf[: self._flimit - off]
                 if self._store.verify_checksums:
-                    self._verify_batches(off + len(view))
+                    view = view[: self._verified_end(off, off + len(view)) - off]
                 return self._pread(view, off - self._fbegin)
             if self._fd is not None and not self._fsealed and off >= self._fbegin:
                 # Reading the open fragment: has its committed end moved?
@@ -235,9 +235,15 @@ class LocalJournalReader(ReaderBase):
         self._fbegin, self._flimit, self._fsealed = begin, limit, sealed
         self._batches, self._checked = None, 0
 
-    def _verify_batches(self, upto: int) -> None:
-        """Check every batch of the file being read that begins before
-        ``upto`` against its checksum (bytes no checksum covers pass)."""
+    def _verified_end(self, off: int, upto: int) -> int:
+        """Check the batches of the file being read that hold bytes of
+        ``[off, upto)`` against their checksums (bytes no checksum covers
+        pass); the end up to which those bytes may be read: ``upto``, or the
+        begin of a damaged batch after ``off``, so that the bytes before the
+        damage are read first. Reading inside a damaged batch raises
+        ``CorruptJournalError`` with its offsets (``skip_corrupt`` goes on at
+        its end, where batches are checked afresh). Batches are checked once
+        per opening of the file: reading only moves forward in it."""
         assert self._fd is not None
         batches = self._batches
         if batches is None or (
@@ -251,7 +257,9 @@ class LocalJournalReader(ReaderBase):
             )
         while self._checked < len(batches) and batches[self._checked].begin < upto:
             b = batches[self._checked]
-            if not batch_matches(self._fd, self._fbegin, b):
+            if b.end > off and not batch_matches(self._fd, self._fbegin, b):
+                if b.begin > off:
+                    return b.begin
                 raise self._jd.corrupt(
                     open_name(self._fbegin) if not self._fsealed else f"fragment at {self._fbegin}",
                     "a batch of appends does not match its checksum (changed in place;"
@@ -260,6 +268,7 @@ class LocalJournalReader(ReaderBase):
                     b.end,
                 )
             self._checked += 1
+        return upto
 
     def _open_commit(self) -> int:
         if self._commit_fd is None:

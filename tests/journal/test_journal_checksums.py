@@ -79,6 +79,35 @@ def test_flipped_byte_in_the_open_fragment_is_found(tmp_path: Path) -> None:
         assert (err.value.offset, err.value.end_offset) == (42, 56)
 
 
+@pytest.mark.parametrize("sealed", [False, True])
+def test_a_verifying_reader_reads_around_a_damaged_batch(tmp_path: Path, sealed: bool) -> None:
+    """One damaged batch spoils only itself: a read of any size delivers
+    the intact batches before it, then raises with its offsets; a reader
+    starting past it reads on; skip_corrupt skips it alone."""
+    root = tmp_path / "store"
+    doc = lambda i: b'{"n": %6d}\n' % i  # noqa: E731  (14 bytes, valid JSON)
+    with LocalJournalStore(root) as s:
+        s.create(J, NDJSON)
+        for i in range(10):
+            s.append(J, doc(i)).result()
+    (open_file,) = _jdir(root).glob("@open-*")
+    _flip(open_file, 3 * 14 + 11)  # batch [42, 56): n=3 becomes n=2
+    if sealed:
+        with LocalJournalStore(root) as s:
+            s.seal(J)
+    with LocalJournalStore(root, verify_checksums=True) as s:
+        with s.read(J) as r:
+            assert r.read(1 << 16) == b"".join(doc(i) for i in range(3))
+            with pytest.raises(CorruptJournalError) as err:
+                r.read(1 << 16)
+            assert (err.value.offset, err.value.end_offset) == (42, 56)
+        with s.read(J, 56) as r:
+            assert r.read() == b"".join(doc(i) for i in range(4, 10))
+        it = ReadCommittedIter(s, J, lambda _s: JsonDocument(), skip_corrupt=True)
+        assert [env.message["n"] for env in it] == [0, 1, 2, *range(4, 10)]
+        assert it.skipped_ranges == [(42, 56)]
+
+
 def test_flipped_uuid_flags_of_a_transaction_are_found(tmp_path: Path) -> None:
     """The audit's case: a flip in a UUID's flags turns a transactional frame
     into an outside-transaction one. fsck finds it; a verifying reader never
