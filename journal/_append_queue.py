@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from functools import partial
 from types import FrameType
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from . import metrics
 from ._errors import JournalClosedError, JournalError
@@ -54,16 +54,19 @@ Q = TypeVar("Q", bound="AppendQueue")
 
 
 def append_router(
-    queues: dict[str, Q], max_size: int, append: Appender
+    client: Any, definition: Callable[..., Future[AppendResult]],
+    queues: dict[str, Q], max_size: int,
 ) -> Appender | None:
     """What a client binds as its instance's ``append``: where the native core
     is built, one that hands bytes of at most ``max_size`` to the journal's
     queue in ``queues`` (a dict the client keeps up to date) with no Python
-    code run, and calls ``append`` (the client's own method, the definition)
-    for anything else; None where it is not built (``append`` itself stays)."""
-    if NATIVE is None:
+    code run, and calls the client's own ``append`` for anything else. None
+    (``append`` itself stays) where the core is not built, or where the
+    client's class overrides ``definition``, the client's ``append``: an
+    override sees every append, as it does without the core."""
+    if NATIVE is None or getattr(type(client), "append", None) is not definition:
         return None
-    router: Appender = NATIVE.AppendRouter(queues, max_size, append)
+    router: Appender = NATIVE.AppendRouter(queues, max_size, client.append)
     return router
 
 

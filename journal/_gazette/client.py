@@ -183,7 +183,7 @@ class GazetteClient(Closing):
         self._lock = threading.Lock()
         self._appenders: dict[str, GazetteAppender] = {}
         # append() without Python code in the common case (journal/_append_queue.py).
-        router = append_router(self._appenders, max_append_size, self.append)
+        router = append_router(self, GazetteClient.append, self._appenders, max_append_size)
         if router is not None:
             self.append = router  # type: ignore[assignment]
         self._known: set[str] = set()  # Journals seen to exist.

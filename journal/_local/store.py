@@ -134,7 +134,7 @@ class LocalJournalStore(Closing):
         self._lock = threading.Lock()
         self._writers: dict[str, JournalWriter] = {}
         # append() without Python code in the common case (journal/_append_queue.py).
-        router = append_router(self._writers, max_append_size, self.append)
+        router = append_router(self, LocalJournalStore.append, self._writers, max_append_size)
         if router is not None:
             self.append = router  # type: ignore[assignment]
         self._watcher = Watcher()

@@ -1285,6 +1285,34 @@ def test_append_router_and_method_append_the_same(tmp_path: Path) -> None:
             call("r", b"7\n")
 
 
+def test_a_subclass_overriding_append_sees_every_append(tmp_path: Path) -> None:
+    """The router is the definition's shortcut: a subclass that overrides
+    append (to count, to inject a fault) is called for every append, the
+    Publisher's included, as where the native core is not built."""
+    from message import JsonDocument, Publisher, modulo_mapping
+
+    class Counting(LocalJournalStore):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.calls = 0
+
+        def append(self, name: str, data: bytes | bytearray | memoryview) -> Any:
+            self.calls += 1
+            return super().append(name, data)
+
+    with Counting(tmp_path) as store:
+        spec = store.create("r", NDJSON)
+        for i in range(3):
+            store.append("r", b"%d\n" % i).result()
+        pub = Publisher(store)
+        to = modulo_mapping(lambda d: "k", lambda: [spec])
+        for i in range(4):
+            pub.publish_committed(to, JsonDocument(i=i))
+        store.flush()
+        assert store.calls == 7
+        assert store.head("r") > 6
+
+
 def test_a_journal_without_a_recorded_start_keeps_the_old_rule(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
