@@ -17,6 +17,7 @@ Python implementation runs, and importing ``message`` says so with one
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import uuid
 import warnings
@@ -46,14 +47,25 @@ def pure_python_requested() -> bool:
     return os.environ.get("EXACTLY_PURE_PYTHON", "") not in ("", "0")
 
 
+def _native_found() -> bool:
+    """Whether an extension module ``message._native`` is there to import."""
+    try:
+        return importlib.util.find_spec(f"{__package__}._native") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _load() -> ModuleType | None:
     if pure_python_requested():
         return None
     try:
         from . import _native
     except ImportError as exc:
+        # A module that is not there says so plainly (Python's own message
+        # for it, from a package still importing, speaks of circular imports).
+        why = str(exc) if _native_found() else "there is no message/_native extension module"
         warnings.warn(
-            f"{NOT_BUILT} ({exc}): the Python implementation runs, several times slower."
+            f"{NOT_BUILT} ({why}): the Python implementation runs, several times slower."
             " Install with a C compiler and Python's headers at hand to build it"
             " (see docs/performance.md).",
             RuntimeWarning,
