@@ -48,6 +48,24 @@ def broker_of(args: argparse.Namespace) -> str | None:
     return os.environ.get("BROKER_ADDRESS") or None
 
 
+#: Said under a lag report that has a read offset past its journal's write head.
+PAST_HEAD_NOTE = (
+    "past head: the read offset is past its journal's write head, so the journal no longer"
+    " holds what was read there (open fragments lost in a cluster restart, or a broker not"
+    " yet caught up after a failover). The consumer waits until the head passes its offset;"
+    " messages appended before then are never read."
+)
+
+
+def behind_and_past(head: int | None, offset: int) -> tuple[int | None, int]:
+    """A read offset against its journal's write head: the bytes it is
+    behind (None where the head is unknown) and the bytes it is past the
+    head (0 but where the journal lost what was read, see PAST_HEAD_NOTE)."""
+    if head is None:
+        return None, 0
+    return max(0, head - offset), max(0, offset - head)
+
+
 def open_store(args: argparse.Namespace, *, must_exist: bool = True,
                service: bool = False) -> Any:
     """The journals the command works on. ``service``: a long-running

@@ -24,7 +24,14 @@ from typing import Any
 
 import orjson
 
-from exactly._common import Progress, UsageError, new_message_func, open_store
+from exactly._common import (
+    PAST_HEAD_NOTE,
+    Progress,
+    UsageError,
+    behind_and_past,
+    new_message_func,
+    open_store,
+)
 
 
 def add_lag_command(sub: Any, common: Sequence[argparse.ArgumentParser]) -> None:
@@ -58,10 +65,10 @@ class _Row:
 
     def doc(self) -> dict[str, Any]:
         now = time.time_ns()
+        behind, past = behind_and_past(self.head, self.offset)
         return {
             "consumer": self.consumer, "journal": self.journal, "offset": self.offset,
-            "head": self.head,
-            "bytes_behind": None if self.head is None else max(0, self.head - self.offset),
+            "head": self.head, "bytes_behind": behind, "bytes_past_head": past,
             "messages_behind": self.messages,
             "oldest_unread_age_s": _secs(now, self.oldest_unread),
             "newest_message_age_s": _secs(now, self.newest),
@@ -191,12 +198,18 @@ def _print(rows: list[_Row]) -> None:
     jw = max([len("journal")] + [len(r.journal) for r in rows])
     print(f"{'consumer':{cw}}  {'journal':{jw}}  {'offset':>12}  {'head':>12}  {'bytes behind':>12}"
           f"  {'messages':>9}  {'oldest unread':>13}  {'newest message':>14}")
+    any_past = False
     for r in rows:
         head = "gone" if r.head is None else f"{r.head}"
-        behind = "-" if r.head is None else f"{max(0, r.head - r.offset)}"
+        bytes_behind, past = behind_and_past(r.head, r.offset)
+        behind = "-" if bytes_behind is None else f"{bytes_behind}"
+        if past:
+            behind, any_past = f"past head {past}", True
         msgs = "-" if r.messages is None else f"{r.messages}"
         print(f"{r.consumer:{cw}}  {r.journal:{jw}}  {r.offset:>12}  {head:>12}  {behind:>12}"
               f"  {msgs:>9}  {_age(r.oldest_unread):>13}  {_age(r.newest):>14}")
+    if any_past:
+        print(PAST_HEAD_NOTE)
 
 
 def cmd_lag(args: argparse.Namespace) -> int:

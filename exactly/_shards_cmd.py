@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from exactly._common import UsageError, counted, open_store
+from exactly._common import PAST_HEAD_NOTE, UsageError, behind_and_past, counted, open_store
 
 #: Open transactions listed by the table (the oldest first); --json has all.
 _OPEN_SHOWN = 8
@@ -92,8 +92,9 @@ def _describe(shard: str, cp: Any, heads: dict[str, int | None]) -> dict[str, An
     sources = []
     for journal, offset in sorted(cp.offsets.items()):
         head = heads.get(journal)
-        sources.append({"journal": journal, "offset": offset, "head": head,
-                        "lag": None if head is None else max(0, head - offset)})
+        lag, past = behind_and_past(head, offset)
+        sources.append({"journal": journal, "offset": offset, "head": head, "lag": lag,
+                        "past_head": past})
     producers = [
         {"journal": s.journal, "producer": s.producer.hex(), "last_ack": s.last_ack,
          "last_ack_time": _when(s.last_ack), "open_since": s.begin if s.begin >= 0 else None}
@@ -145,7 +146,11 @@ def _print(doc: dict[str, Any]) -> None:
     for s in doc["sources"]:
         head = "?" if s["head"] is None else f"{s['head']:,}"
         lag = "?" if s["lag"] is None else f"{s['lag']:,}"
+        if s["past_head"]:
+            lag = f"past head {s['past_head']:,}"
         print(f"  {s['journal']:{width}}  {s['offset']:>14,}  {head:>14}  {lag:>14}")
+    if any(s["past_head"] for s in doc["sources"]):
+        print(f"  {PAST_HEAD_NOTE}")
     producers = doc["producers"]
     open_ = [p for p in producers if p["open_since"] is not None]
     print(f"  {counted(len(producers), 'producer')} tracked, "

@@ -140,6 +140,29 @@ def test_lag_of_a_shard_a_checkpoint_file_and_a_spark_query(served: Path) -> Non
         "in/part-0": 0, "in/part-1": 0}
 
 
+def test_an_offset_past_the_write_head_is_flagged_not_taken_for_caught_up(served: Path) -> None:
+    """A journal that lost what the shard read (here made again, shorter):
+    lag and shards show say the offset is past the head, and why it matters,
+    rather than 0 behind."""
+    with LocalJournalStore(served / "journals") as j:
+        j.delete("in/part-1")
+        j.create("in/part-1", NDJSON)
+        j.append("in/part-1", b'{"n": 1}\n').result()
+        head = j.head("in/part-1")
+    lag = _lag(served, "--store", "state.db")
+    past = lag["in/part-1"]["bytes_past_head"]
+    assert past == lag["in/part-1"]["offset"] - head > 0  # type: ignore[operator]
+    assert lag["in/part-1"]["bytes_behind"] == 0 and lag["in/part-0"]["bytes_past_head"] == 0
+    text = run("--root", "journals", "lag", "--store", "state.db", cwd=served)
+    assert f"past head {past}" in text.stdout and "never read" in text.stdout
+    shown = run("--root", "journals", "shards", "show", "--store", "state.db", "--json",
+                cwd=served)
+    sources = {x["journal"]: x for x in json.loads(shown.stdout)["sources"]}
+    assert sources["in/part-1"]["past_head"] == past and sources["in/part-0"]["past_head"] == 0
+    text = run("--root", "journals", "shards", "show", "--store", "state.db", cwd=served)
+    assert f"past head {past:,}" in text.stdout and "never read" in text.stdout
+
+
 def test_lag_table_watch_and_mistakes(served: Path) -> None:
     r = run("--root", "journals", "lag", "--store", "state.db", cwd=served)
     assert r.returncode == 0, r.stderr
