@@ -29,6 +29,11 @@ def cmd_journals_create(args: argparse.Namespace) -> int:
         raise UsageError("give the content type with --content-type, not as a label")
     ct = _content_type(args.content_type)
     labels["content-type"] = [ct]
+    options: dict[str, int] = {}
+    if args.replication is not None:
+        if broker_of(args) is None:
+            raise UsageError("--replication is for journals of a Gazette cluster (--broker)")
+        options["replication"] = args.replication
     if broker_of(args) is None:
         root = root_of(args)
         if root.exists() and not root.is_dir():
@@ -42,7 +47,7 @@ def cmd_journals_create(args: argparse.Namespace) -> int:
                 existed = store.get(name) is not None
             except JournalNotFoundError:
                 existed = False
-            spec = store.create(name, labels)  # other labels: JournalExistsError
+            spec = store.create(name, labels, **options)  # other labels: JournalExistsError
             if existed:
                 print(f"{spec.name} already exists ({spec.content_type}): left as it is")
             else:

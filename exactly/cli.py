@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--content-type", "-t", default="ndjson",
                    help="ndjson (default), csv, proto, or a full content type")
     c.add_argument("--label", "-l", action="append", metavar="NAME=VALUE")
+    c.add_argument("--replication", type=int, metavar="N",
+                   help="with --broker: brokers holding each journal (default 3; a cluster"
+                        " needs at least that many)")
     c.set_defaults(func=cmd_journals_create)
     ls = jsub.add_parser("list", help="list journals", parents=common)
     ls.add_argument("--selector", "-s", help="label selector, e.g. 'topic=clicks'")

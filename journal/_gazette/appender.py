@@ -24,7 +24,7 @@ import grpc
 from .._append_queue import AppendQueue, BatchLanded
 from .._errors import BrokerError, JournalError
 from . import broker_pb2 as pb
-from .brokers import MAX_CHUNK, ROUTING_STATUSES, Brokers, Stub, status_error
+from .brokers import MAX_CHUNK, ROUTING_STATUSES, Brokers, RerouteSignal, Stub, status_error
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -82,7 +82,7 @@ class GazetteAppender(AppendQueue):
             if resp.status == pb.OK:
                 return cast(pb.Fragment, resp.commit)
             if resp.status in ROUTING_STATUSES:
-                return None  # The route learned above says where to go next.
+                raise RerouteSignal(resp.status)  # the route learned above says where next
             raise status_error(resp.status, journal, endpoint, resp.store_health_error)
 
         try:

@@ -65,6 +65,20 @@ ROUTING_STATUSES: Final = frozenset(
     }
 )
 
+class RerouteSignal(Exception):  # noqa: N818 (a signal to retry, not an error)
+    """Raised by an attempt of ``Brokers.call`` whose broker answered with
+    one of ROUTING_STATUSES: try again where the route now says (as a
+    returned None does), remembering why, for the error given up with."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+    def __str__(self) -> str:
+        why = _EXPLAIN.get(self.status, "the journal is being assigned")
+        return f"{why} ({status_name(self.status)})"
+
+
 _EXPLAIN: Final[dict[int, str]] = {
     pb.NOT_ALLOWED: "the journal's flags do not allow this operation",
     pb.WRONG_APPEND_OFFSET: "the append offset is not the journal's write head",
@@ -412,18 +426,23 @@ class Brokers:
     ) -> T:
         """Run ``attempt_fn(stub, endpoint)`` until it returns a value.
 
-        It returns None to ask for another attempt (after a backoff), and
-        raises to give up. A transient gRPC error marks the endpoint down
-        and tries again. Past the retry deadline the last problem is raised
-        as ``BrokerUnavailableError``, naming the address."""
+        It returns None (or raises ``RerouteSignal``) to ask for another attempt
+        (after a backoff), and raises anything else to give up. A transient
+        gRPC error marks the endpoint down and tries again. Past the retry
+        deadline the last problem is raised as ``BrokerUnavailableError``,
+        naming the address."""
         started = time.monotonic()
         attempt = 0
         last = "no answer"
         endpoint = self.address
         while True:
             endpoint = self.pick(journal, primary=primary)
+            rerouted: RerouteSignal | None = None
             try:
                 result = attempt_fn(self.stub(endpoint), endpoint)
+            except RerouteSignal as reroute:
+                self.mark_up(endpoint)
+                rerouted, last = reroute, str(reroute)
             except grpc.RpcError as err:
                 code = err.code() if isinstance(err, grpc.Call) else None
                 refused = refusal(err, what, journal, endpoint, self.security)
@@ -448,6 +467,12 @@ class Brokers:
                 last = "the journal's brokers are changing"
             now = time.monotonic()
             if self.expired(started, now) or (deadline is not None and now >= deadline):
+                if rerouted is not None:
+                    raise BrokerUnavailableError(
+                        f"{what}: the cluster at {self.address} did not serve the journal in"
+                        f" time (last answer, from {endpoint}: {last})",
+                        status=status_name(rerouted.status), journal=journal, address=endpoint,
+                    )
                 raise self.unavailable(what, journal, endpoint, last)
             time.sleep(backoff(attempt))
             attempt += 1

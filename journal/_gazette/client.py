@@ -48,7 +48,7 @@ from .._errors import (
     OffsetNotYetAvailableError,
 )
 from .._labels import LabelSelector, LabelSet, LabelsInit, parse_label_selector
-from .._spec import AppendResult, Fragment, JournalSpec
+from .._spec import AppendResult, Fragment, JournalSpec, validate_journal_name
 from .._util import age_seconds, check_offsets
 from . import broker_pb2 as pb
 from . import wire
@@ -57,6 +57,7 @@ from .brokers import (
     ROUTING_STATUSES,
     Brokers,
     JournalRoute,
+    RerouteSignal,
     Stub,
     backoff,
     refusal,
@@ -365,7 +366,7 @@ class GazetteClient(Closing):
                 if resp.status in (pb.OK, pb.OFFSET_NOT_YET_AVAILABLE):
                     return int(resp.write_head)
                 if resp.status in ROUTING_STATUSES:
-                    return None
+                    raise RerouteSignal(resp.status)
                 raise status_error(resp.status, name, endpoint)
             return None
 
@@ -388,7 +389,7 @@ class GazetteClient(Closing):
             if resp.status == pb.OK:
                 return cast(pb.FragmentsResponse, resp)
             if resp.status in ROUTING_STATUSES:
-                return None
+                raise RerouteSignal(resp.status)
             raise status_error(resp.status, name, endpoint)
 
         while True:
@@ -563,8 +564,11 @@ class GazetteClient(Closing):
             raise JournalNotFoundError(name)
 
     def _lookup(self, name: str) -> pb.ListResponse.Journal | None:
-        """The cluster's listing of journal ``name``, or None."""
+        """The cluster's listing of journal ``name``, or None
+        (``InvalidJournalNameError`` for a name no journal can have, as the
+        embedded store says, rather than the broker's selector error)."""
         self._check_open()
+        validate_journal_name(name)
         by_name = pb.LabelSet(labels=[pb.Label(name="name", value=name)])
         request = pb.ListRequest(selector=pb.LabelSelector(include=by_name))
         for resp in self._brokers.list_stream(request, name):
@@ -600,7 +604,8 @@ class GazetteClient(Closing):
                 if route.primary >= 0 and waited >= _FULL_ASSIGN_TIMEOUT:
                     LOG.warning(
                         "journal %s has %d of its %d brokers: appends wait until the cluster"
-                        " has enough brokers (INSUFFICIENT_JOURNAL_BROKERS)",
+                        " has enough brokers (INSUFFICIENT_JOURNAL_BROKERS); a smaller"
+                        " cluster needs journals of a smaller replication",
                         name, len(route.members), want,
                     )
                     return

@@ -55,6 +55,27 @@ def test_create_append_read_on_the_cluster(gazette_cluster: Any, gazette_prefix:
     assert list(tmp_path.iterdir()) == []  # no store directory made here
 
 
+def test_create_takes_a_replication_and_refuses_bad_names_clearly(
+    gazette_cluster: Any, gazette_prefix: str, tmp_path: Path
+) -> None:
+    """--replication sets the spec's (a cluster of fewer brokers than 3
+    needs it); a name no journal can have is the store's one clear line,
+    not the broker's selector error; --replication without --broker is a
+    usage error."""
+    url = gazette_cluster.address
+    name = f"{gazette_prefix}one-copy"
+    ok("journals", "create", name, "--replication", "1", "--broker", url, cwd=tmp_path)
+    out = gazette_cluster.gazctl("journals", "list", "-l", f"name={name}", "--format", "yaml")
+    assert "replication: 1" in out.stdout.decode()
+    r = run("journals", "create", "bad name!", "--broker", url, cwd=tmp_path)
+    assert r.returncode == 1
+    assert r.stderr.splitlines() == [
+        "exactly: error: invalid journal name 'bad name!': only letters, digits and the"
+        " symbols -_+/.=% are allowed"], r.stderr
+    r = run("--root", str(tmp_path), "journals", "create", "x", "--replication", "2")
+    assert r.returncode == 1 and "--replication is for journals of a Gazette cluster" in r.stderr
+
+
 def test_interrupted_transaction_is_finished_from_the_cluster(
     gazette_cluster: Any, gazette_prefix: str
 ) -> None:

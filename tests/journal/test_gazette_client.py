@@ -128,6 +128,29 @@ def test_a_server_that_is_not_a_broker_is_one_clear_error() -> None:
         server.server_close()
 
 
+def test_a_journal_the_cluster_cannot_replicate_says_why(
+    gazette_cluster: Any, gazette_prefix: str
+) -> None:
+    """Replication 5 on a cluster of 3 brokers: appends fail once retried
+    out, saying the brokers answered and what they said (too few brokers
+    for the journal's replication), not that no broker answered. A name no
+    journal can have is refused as the embedded store refuses it."""
+    from journal import InvalidJournalNameError
+
+    with GazetteClient(gazette_cluster.address, retry_timeout=2.0) as c:
+        name = f"{gazette_prefix}under-replicated"
+        c.create(name, NDJSON, replication=5)
+        with pytest.raises(BrokerUnavailableError) as info:
+            c.append(name, b'{"a": 1}\n').result(timeout=60)
+        text = str(info.value)
+        assert "INSUFFICIENT_JOURNAL_BROKERS" in text and "replication" in text, text
+        assert "no Gazette broker answered" not in text and gazette_cluster.address in text
+        assert info.value.status == "INSUFFICIENT_JOURNAL_BROKERS"
+        c.delete(name)
+        with pytest.raises(InvalidJournalNameError, match="bad name!"):
+            c.get("bad name!")
+
+
 def test_bad_addresses_and_settings_are_value_errors(tmp_path: Path) -> None:
     """Addresses, security files and journal settings Gazette would refuse
     fail at once."""
