@@ -75,13 +75,14 @@ def open_store(args: argparse.Namespace, *, must_exist: bool = True,
     if broker is not None:
         from journal import GazetteClient
 
+        given = security_options(args)
         try:
             # A user waits: a cluster that does not answer is an error within seconds.
             if service:
-                return GazetteClient(broker, **security_options(args))
-            return GazetteClient(broker, retry_timeout=10.0, **security_options(args))
+                return GazetteClient(broker, **given)
+            return GazetteClient(broker, retry_timeout=10.0, **given)
         except ValueError as exc:
-            raise UsageError(f"--broker: {exc}") from None
+            raise UsageError(_in_flags(str(exc), given)) from None
     from journal import LocalJournalStore
 
     root = root_of(args)
@@ -93,6 +94,19 @@ def open_store(args: argparse.Namespace, *, must_exist: bool = True,
 #: The command line's options that reach a secured cluster, by the name of
 #: GazetteClient's keyword argument (each else from its BROKER_* variable).
 SECURITY_OPTIONS = ("trusted_ca_file", "cert_file", "cert_key_file", "auth_keys")
+
+
+def _in_flags(text: str, given: dict[str, Any]) -> str:
+    """A GazetteClient's complaint about its settings, in the command line's
+    words: each keyword as the flag given, or as the variable it came from."""
+    named = False
+    for option in SECURITY_OPTIONS:
+        if option in text:
+            variable = f"BROKER_{option.upper()}"
+            from_env = option not in given and os.environ.get(variable)
+            text = text.replace(option, variable if from_env else "--" + option.replace("_", "-"))
+            named = True
+    return text if named else f"--broker: {text}"
 
 
 def security_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -223,3 +223,13 @@ def test_the_command_line_takes_the_same_options(
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("exactly: error:"), r.stderr
     assert c.address in lines[0]
+    # Settings the client refuses are said in the command line's words: the
+    # flag given, or the variable a setting came from.
+    r = run("journals", "list", "--broker", c.address, "--trusted-ca-file", "nope.pem")
+    assert r.stderr.splitlines() == [
+        "exactly: error: --trusted-ca-file 'nope.pem': No such file or directory"], r.stderr
+    r = run("journals", "list", "--broker", c.address, "--cert-file", str(sec.client_cert_file))
+    assert "give --cert-file and --cert-key-file together" in r.stderr, r.stderr
+    env["BROKER_AUTH_KEYS"] = "not base64!"
+    r = run("journals", "list", "--broker", c.address)
+    assert r.returncode == 1 and r.stderr.startswith("exactly: error: BROKER_AUTH_KEYS:"), r.stderr
