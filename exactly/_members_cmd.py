@@ -157,9 +157,16 @@ def cmd_shards_list(args: argparse.Namespace) -> int:
           f" {counted(len(members), 'live member')}")
     if shards:
         width = max(len(s["id"]) for s in shards)
+        hosts = {m["host"] for m in members}
         for s in shards:
             who = s["member"] or "-- not claimed --"
-            print(f"  {s['id']:<{width}}  {who:<28}  {', '.join(s['sources'])}")
+            home = ""
+            host = (s["store_home"] or {}).get("host")
+            if host is not None:
+                # A store on local disk: only a member on its host serves it.
+                home = f"  (store on host {host}"
+                home += ")" if host in hosts else ": no live member there)"
+            print(f"  {s['id']:<{width}}  {who:<28}  {', '.join(s['sources'])}{home}")
     for m in members:
         print(f"  member {m['id']} on {m['host']} (pid {m['pid']}): {m['shards']} shards,"
               f" share {m['share']}")

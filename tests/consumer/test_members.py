@@ -515,6 +515,12 @@ def test_a_store_on_another_hosts_disk_is_refused(
             assert "host a" in on_b.unservable[spec.id]
             time.sleep(2 * TTL)  # it never claims the shard
             assert on_b.serving == () and not group.view().claims
+            # `exactly shards list` says why, as the member's log does.
+            listed = subprocess.run(
+                [sys.executable, "-m", "exactly", "shards", "list", "--etcd", etcd,
+                 "--etcd-prefix", group.prefix], capture_output=True, text=True, timeout=60)
+            assert f"{spec.id}  -- not claimed --" in listed.stdout, listed.stderr
+            assert "(store on host a: no live member there)" in listed.stdout
             assert ("claimed", spec.id) not in [h[:2] for h in on_b.history]
             # A store opened in the moment between its claim and the check
             # is refused too, before its checkpoint is restored.
