@@ -76,6 +76,8 @@ def open_store(args: argparse.Namespace, *, must_exist: bool = True,
         from journal import GazetteClient
 
         given = security_options(args)
+        if getattr(args, "file_root", None):
+            given["file_root"] = args.file_root
         try:
             # A user waits: a cluster that does not answer is an error within seconds.
             if service:
@@ -85,6 +87,8 @@ def open_store(args: argparse.Namespace, *, must_exist: bool = True,
             raise UsageError(_in_flags(str(exc), given)) from None
     from journal import LocalJournalStore
 
+    if getattr(args, "file_root", None):
+        raise UsageError("--file-root is for a Gazette cluster's fragment store (--broker)")
     root = root_of(args)
     if must_exist and not root.is_dir():
         raise UsageError(f"no journal store at {root} (create a journal first, or pass --root)")

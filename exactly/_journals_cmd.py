@@ -112,7 +112,9 @@ def cmd_journals_trim(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         before = store.fragments(args.name)
         first = store.trim(args.name, before_offset=args.before, older_than=older)
-        removed = len(before) - len(store.fragments(args.name))
+        # (Counted from the listing before: a cluster's brokers list the
+        # fragment store again only every refresh interval.)
+        removed = sum(1 for f in before if f.end <= first)
         print(f"{args.name}: removed {counted(removed, 'fragment')}; first readable offset is"
               f" now {first}")
         if not removed:

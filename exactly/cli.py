@@ -104,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("name")
     t.add_argument("--before", type=int, metavar="OFFSET")
     t.add_argument("--older-than", metavar="DURATION", help="e.g. 7d, 12h")
+    t.add_argument("--file-root", metavar="DIR",
+                   help="with --broker: where the cluster's file:// fragment store is mounted"
+                        " on this machine (the brokers' --broker.file-root): its persisted"
+                        " fragments are removed there")
     t.set_defaults(func=cmd_journals_trim)
 
     # What append and emit read: a journal's name, lines of input.

@@ -441,8 +441,9 @@ class GazetteClient(Closing):
             raise BrokerError(
                 f"journal {name!r}: this client cannot trim: retention on a Gazette cluster"
                 " belongs to the fragment store (set retention on the journal spec and run"
-                " `gazctl journals prune`, or give the client file_root= where a file://"
-                " store is mounted)",
+                " `gazctl journals prune`; or, where its file:// store is mounted on this"
+                " machine, give its directory: GazetteClient(file_root=...), `exactly"
+                " journals trim --file-root DIR`)",
                 status="NOT_ALLOWED", journal=name, address=self.address,
             )
         frags = self.fragments(name)

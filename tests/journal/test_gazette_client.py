@@ -10,6 +10,8 @@ import logging
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -333,11 +335,20 @@ def test_trim_prunes_persisted_fragments(
             c.trim(name, before_offset=persisted[1].end)
         assert info.value.status == "NOT_ALLOWED"
     content = b"".join(records)
+    # The command line, as a user would trim (it opens the client with file_root).
+    cli = [sys.executable, "-m", "exactly", "journals", "trim", name, "--before",
+           str(persisted[1].end), "--broker", gazette_cluster.address]
+    r = subprocess.run(cli, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "--file-root DIR" in r.stderr, r.stderr
+    r = subprocess.run([*cli, "--file-root", str(gazette_cluster.fragment_root)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    first = persisted[2].begin
+    assert r.stdout.splitlines() == [
+        f"{name}: removed 2 fragments; first readable offset is now {first}"]
     with GazetteClient(
         gazette_cluster.address, file_root=gazette_cluster.fragment_root, refresh_interval=1
     ) as c:
-        first = c.trim(name, before_offset=persisted[1].end)
-        assert first == persisted[2].begin
         assert not os.path.exists(persisted[0].path) and not os.path.exists(persisted[1].path)
         assert c.head(name) == len(content)
         deadline = time.monotonic() + 30
