@@ -7,10 +7,14 @@ Errors print one line, ``exactly: error: ...``, and exit with status 1.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from exactly.localcluster import ClusterSecurity
 
 DEFAULT_DIR = "exactly-cluster"
 
@@ -89,8 +93,19 @@ def cmd_start(args: argparse.Namespace) -> int:
 
     if args.mutual_tls and not args.secure:
         return _fail(ValueError("--mutual-tls goes with --secure"))
+    kept = _kept_security(args.dir)
+    if kept is not None and not args.secure:
+        return _fail(ClusterError(
+            f"the cluster in {args.dir} was started with --secure: start it with --secure again"
+            f" (its CA, certificates and keys in {args.dir / 'tls'} are kept), or remove"
+            f" {args.dir / 'tls'} to start it without TLS"))
     security = None
-    if args.secure:
+    if kept is not None:
+        # A restart: the same CA, certificates and keys, so that the
+        # settings clients already have keep working.
+        security = dataclasses.replace(kept, mutual=args.mutual_tls)
+        print(f"reusing the CA, certificates and keys in {args.dir / 'tls'}", file=sys.stderr)
+    elif args.secure:
         try:
             security = ClusterSecurity.generate(args.dir / "tls", mutual=args.mutual_tls)
         except RuntimeError as exc:
@@ -114,6 +129,22 @@ def cmd_start(args: argparse.Namespace) -> int:
           f"(logs in {cluster.log_dir}); stop them with: exactly cluster stop --dir {where}",
           file=sys.stderr)
     return 0
+
+
+def _kept_security(workdir: Path) -> ClusterSecurity | None:
+    """The security of the cluster last started in ``workdir``, if it was
+    secured and its files are all still there; else None."""
+    from exactly.localcluster import ClusterError, GazetteCluster
+
+    try:
+        security = GazetteCluster.attach(workdir).security
+    except ClusterError:
+        return None  # never started there (or its state is unreadable: start afresh)
+    if security is None:
+        return None
+    files = (security.ca_file, security.server_cert_file, security.server_key_file,
+             security.client_cert_file, security.client_key_file)
+    return security if all(f.is_file() for f in files) else None
 
 
 def cmd_status(args: argparse.Namespace) -> int:

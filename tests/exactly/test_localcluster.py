@@ -220,6 +220,47 @@ def test_cli_start_status_stop(gazette_binaries: Binaries, tmp_path: Path) -> No
             GazetteCluster.attach(where).stop(grace=0)
 
 
+def test_cli_secure_cluster_restarts_with_the_same_credentials(
+        gazette_binaries: Binaries, tmp_path: Path) -> None:
+    """`cluster start --secure --mutual-tls` prints the settings a client
+    needs, and they work; stopped, the cluster starts again only secured
+    (a plain start says why), with the same CA, certificates and keys, so
+    the settings a client has keep working."""
+    where = str(tmp_path / "cluster")
+    started = exactly("cluster", "start", "--dir", where, "--brokers", "1", "--secure",
+                      "--mutual-tls")
+    try:
+        assert started.returncode == 0, started.stderr
+        settings = dict(line.split("=", 1) for line in started.stdout.splitlines())
+        assert settings["BROKER_ADDRESS"].startswith("https://127.0.0.1:")
+        assert {"BROKER_TRUSTED_CA_FILE", "BROKER_CERT_FILE", "BROKER_CERT_KEY_FILE",
+                "BROKER_AUTH_KEYS"} <= set(settings)
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("BROKER_") and k != "EXACTLY_ROOT"}
+        env.update((k, v.strip("'")) for k, v in settings.items())
+        listed = exactly("journals", "list", env=env)
+        assert listed.returncode == 0, listed.stderr
+        tls = tmp_path / "cluster" / "tls"
+        files = {f.name: f.read_bytes() for f in tls.iterdir()}
+        assert exactly("cluster", "stop", "--dir", where).returncode == 0
+
+        plain = exactly("cluster", "start", "--dir", where, "--brokers", "1")
+        assert plain.returncode == 1
+        assert "was started with --secure: start it with --secure again" in plain.stderr
+        again = exactly("cluster", "start", "--dir", where, "--brokers", "1", "--secure",
+                        "--mutual-tls")
+        assert again.returncode == 0, again.stderr
+        assert "reusing the CA, certificates and keys" in again.stderr
+        assert {f.name: f.read_bytes() for f in tls.iterdir()} == files
+        resettings = dict(line.split("=", 1) for line in again.stdout.splitlines())
+        env["BROKER_ADDRESS"] = resettings["BROKER_ADDRESS"]
+        listed = exactly("journals", "list", env=env)  # the settings kept from the first start
+        assert listed.returncode == 0, listed.stderr
+    finally:
+        if (tmp_path / "cluster" / "cluster.json").exists():
+            GazetteCluster.attach(where).stop(grace=0)
+
+
 def test_cli_without_cluster_is_one_line_error(tmp_path: Path) -> None:
     """status and stop of a directory without a cluster: one line, status 1."""
     for action in ("status", "stop"):
