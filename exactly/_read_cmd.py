@@ -360,8 +360,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         print("producer      frames  acks  committed  last_ack                          open txn")
         for pid, (n, acks, comm) in sorted(scan.per_producer.items()):
             s = states.get(pid)
-            when = "-"
-            if s is not None and s.last_ack:
+            when = "-"  # (a producer with nothing committed has no last ACK to show)
+            if s is not None and s.last_ack and comm:
                 ns = clock_to_unix_ns(s.last_ack)
                 when = dt.datetime.fromtimestamp(ns / 1e9, dt.UTC).isoformat()
             txn = f"since offset {s.begin}" if s is not None and s.begin >= 0 else "-"

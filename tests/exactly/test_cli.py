@@ -727,6 +727,9 @@ def test_inspect_open_lists_stuck_transactions_and_abort_rolls_one_back(tmp_path
             .splitlines()[1:]]
     assert [x[1] for x in rows] == [old]
     assert "no open transaction" in ok(root, "inspect", "t/k", "--open")
+    # In the journal's table, the producers that never committed have no last ACK.
+    table = {x.split()[0]: x.split() for x in ok(root, "inspect", "t/j").splitlines()[2:]}
+    assert table[old][3:5] == ["0", "-"] and table[new][3:5] == ["0", "-"]
 
     r = run(root, "abort", "t/j", "--producer", old)
     assert r.returncode == 0 and "from offset 0 on are dropped" in r.stderr, r.stderr
