@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from journal import JournalStore
 from message import (
@@ -35,10 +35,28 @@ log = logging.getLogger("pipeline")
 # -- streaming sinks --------------------------------------------------------------
 
 
-def sink_id_of(target: Target) -> str:
-    """The default identity of a streaming sink: its target."""
+def sink_id_of(target: Target, query: str | None) -> str:
+    """The default identity of a streaming sink: its target and the query
+    that writes to it (``query``, see ``query_of``), so that two queries
+    writing into one target, at once or in turn, are two sinks, each
+    committing its own micro-batches once."""
     what = f"{target.journal}|{target.selector}|{target.key}|{target.mapping}|{target.hash}"
+    if query is not None:
+        what += f"|{query}"
     return hashlib.sha256(what.encode()).hexdigest()[:16]
+
+
+def query_of(options: Mapping[str, str]) -> str | None:
+    """What identifies a streaming query across its restarts, of a sink's
+    options: its checkpoint location, else its name (a location under
+    ``spark.sql.streaming.checkpointLocation``); None for a query whose
+    checkpoint Spark made up at random, which a restart never resumes."""
+    lower = {k.lower(): v for k, v in options.items()}  # (Spark's option names are not cased)
+    location = lower.get("checkpointlocation")
+    if location:
+        return f"checkpoint:{location}"
+    name = lower.get("queryname")
+    return f"query:{name}" if name else None
 
 
 class _SinkState:
@@ -82,22 +100,26 @@ def sink_job(sink_id: str) -> str:
 
 
 def commit_stream_batch(
-    client: JournalStore, sink_id: str, batch_id: int, messages: Iterable[PublishedBatch | None]
+    client: JournalStore, sink_id: str, batch_id: int, messages: Iterable[PublishedBatch | None],
+    *, resumable: bool = True,
 ) -> bool:
     """Commit micro-batch ``batch_id`` of a streaming sink once: a batch Spark
     replays after a restart, already committed, is rolled back instead.
     Attempts that did not report are rolled back. Returns True if the batch
-    was committed now."""
+    was committed now. A sink not ``resumable`` (its query's checkpoint is
+    one Spark made up, which no restart resumes) is never replayed to: each
+    batch commits, whatever the last batch it committed."""
     messages = list(messages)
     job = sink_job(sink_id)
     begin_ending(client, job)  # attempts still writing roll back themselves
     state = _SinkState(client, sink_id)
     state.recover()
     last = state.last_batch()
-    if batch_id == last:
+    if batch_id == last and resumable:
         write_intents(client, _intents(messages, "rollbacks"))
-        log.info("sink %s: batch %d was already committed; rolled back its replay",
-                 sink_id, batch_id)
+        log.warning("sink %s: batch %d was already committed; rolled back its replay (another"
+                    " query writing here needs a checkpoint location or a sink_id of its own)",
+                    sink_id, batch_id)
         committed = False
     else:
         if batch_id < last:

@@ -30,7 +30,7 @@ Options (all strings, as Spark passes them):
                        UUID field (default ``uuid``)
 ``key``, ``mapping``,  writes to a selector: key column, ``modulo`` (default) or
 ``hash``               ``rendezvous``, ``mmh3`` (default) or ``fnv1a``
-``sink_id``            streaming writes: the sink's identity (default: its target)
+``sink_id``            streaming writes: the sink's identity (default: its target and query)
 ``starting_offsets``   streaming reads: ``earliest`` (default) or ``latest``
 ``starting_time``      streaming reads: start at the first fragment written at or
                        after this time (ISO-8601, or seconds since the epoch)

@@ -27,7 +27,7 @@ from ._batch import _batches, _create_target_journal, _Published, _target
 from ._options import _conform, _include_acks, _max_bytes_per_trigger, _starting_time, content_spec
 from ._recover import recover
 from ._scan import READ_COMMITTED
-from ._sink import commit_stream_batch, sink_id_of, sink_job
+from ._sink import commit_stream_batch, query_of, sink_id_of, sink_job
 from ._stores import StoreOptions, select_journals
 from ._stream_offsets import (
     Offset,
@@ -191,7 +191,11 @@ class SparkStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options: dict[str, str], schema: StructType) -> None:
         _create_target_journal(options)
         self.target = _target(options, schema)
-        self.sink_id = options.get("sink_id") or sink_id_of(self.target)
+        query = query_of(options)
+        self.sink_id = options.get("sink_id") or sink_id_of(self.target, query)
+        # Given its own identity, or a query a restart resumes: replays are
+        # told by their batch ID.
+        self.resumable = bool(options.get("sink_id")) or query is not None
         self.job = sink_job(self.sink_id)
         with self.target.options.open() as store:
             recover(store)
@@ -202,7 +206,8 @@ class SparkStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         with self.target.options.open() as store:
-            commit_stream_batch(store, self.sink_id, batchId, _batches(messages))
+            commit_stream_batch(store, self.sink_id, batchId, _batches(messages),
+                                resumable=self.resumable)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         with self.target.options.open() as store:

@@ -288,6 +288,38 @@ def test_stream_is_exactly_once_across_restarts(spark: Any, tmp_path: Path) -> N
     assert got == [*range(40), *range(100, 105)]
 
 
+def test_two_queries_taking_turns_into_one_target_each_deliver_every_row(
+        spark: Any, tmp_path: Path) -> None:
+    """Two scheduled availableNow queries, each with its checkpoint and its
+    source, write in turn into one journal: each one's batch 0 (and 1) is
+    its own, not a replay of the other's: every row arrives, once."""
+    root = tmp_path / "store"
+    with LocalJournalStore(root) as store:
+        for name in ("a", "b"):
+            store.create(name, {**NDJSON, "app": name})
+        store.create("sink", NDJSON)
+
+    def run(app: str, first: int) -> None:
+        with LocalJournalStore(root) as store:
+            pub = Publisher(store)
+            for i in range(first, first + 5):
+                pub.publish_committed(lambda d: (app, "application/x-ndjson"),
+                                      JsonDocument(src=app, i=i))
+            store.flush()
+        q = (spark.readStream.format("journal").option("root", str(root))
+             .option("selector", f"app={app}").option("schema", "src string, i long").load()
+             .select("src", "i").writeStream.format("journal").option("root", str(root))
+             .option("journal", "sink").option("checkpointLocation", str(tmp_path / f"ck-{app}"))
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+
+    for first in (0, 5):
+        run("a", first)
+        run("b", first)
+    rows = sorted((d["src"], d["i"]) for d in committed_docs(root, "sink"))
+    assert rows == sorted((src, i) for src in "ab" for i in range(10))
+
+
 def test_stream_read_limit_cuts_micro_batches(spark: Any, tmp_path: Path) -> None:
     """max_bytes_per_trigger: each micro-batch reads at most that many bytes
     (whole frames), a transaction may straddle micro-batches, and every
