@@ -4,6 +4,7 @@ with its UUID first, as the NDJSON framing writes it."""
 from __future__ import annotations
 
 import base64
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,9 @@ def ndjson_frames(
     36 bytes each, laid end to end; see ``message.columns.uuid_strings``).
 
     The bytes are those of ``JsonDocument(row)`` stamped and framed one by
-    one (orjson's encoding of each value), built a column at a time:
+    one, each value as ``json_values`` gives it (as Spark's ``to_json``
+    writes it: NaN and infinities as strings, decimals exact, binary data
+    base64), built a column at a time:
     integers, booleans and strings that need no escaping are written by
     Arrow's compute kernels, every other value by ``orjson.dumps``. None
     when a column has the name of ``uuid_path``'s first key (the document
@@ -84,31 +87,47 @@ def _json_texts(column: pa.Array) -> pa.Array:
 def json_values(column: pa.Array) -> list[Any]:
     """The values of ``column`` as ``orjson.dumps`` writes them into a JSON
     object's field, as Spark's ``to_json`` does: a map is an object, a
-    decimal an exact number, binary data a base64 string; structs and
-    lists hold their values so. (``to_pylist`` gives a map as a list of
+    decimal an exact number, binary data a base64 string, NaN and the
+    infinities the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``;
+    structs and lists hold their values so. (``to_pylist`` gives a map as a list of
     pairs, a decimal as a ``Decimal`` and binary data as ``bytes``, which
     JSON has no form for.)"""
     values: list[Any] = column.to_pylist()
-    if not _needs_json_form(column.type):
+    typ = column.type
+    if pa.types.is_floating(typ):
+        finite = pc.is_finite(column)
+        if finite.null_count == len(column) or pc.all(pc.fill_null(finite, True)).as_py():
+            return values
+        return [_json_value(v, typ) for v in values]
+    if not _needs_json_form(typ):
         return values
-    return [_json_value(v, column.type) for v in values]
+    return [_json_value(v, typ) for v in values]
 
 
-def _needs_json_form(typ: pa.DataType) -> bool:
+def _needs_json_form(typ: pa.DataType, nested: bool = False) -> bool:
     if pa.types.is_map(typ) or pa.types.is_decimal(typ) or pa.types.is_binary(typ) or \
             pa.types.is_large_binary(typ) or pa.types.is_fixed_size_binary(typ):
         return True
+    if nested and pa.types.is_floating(typ):
+        return True  # (a NaN or an infinity in it; top-level columns are checked at once)
     if pa.types.is_struct(typ):
-        return any(_needs_json_form(typ.field(i).type) for i in range(typ.num_fields))
+        return any(_needs_json_form(typ.field(i).type, True) for i in range(typ.num_fields))
     if pa.types.is_list(typ) or pa.types.is_large_list(typ) or \
             pa.types.is_fixed_size_list(typ):
-        return _needs_json_form(typ.value_type)
+        return _needs_json_form(typ.value_type, True)
     return False
+
+
+#: How Spark's ``to_json`` writes the floats JSON has no number for (and
+#: its JSON reader reads them back).
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
 def _json_value(value: Any, typ: pa.DataType) -> Any:
     if value is None:
         return None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _NON_FINITE[str(value)]
     if pa.types.is_map(typ):
         return {str(k): _json_value(v, typ.item_type) for k, v in value}
     if pa.types.is_decimal(typ):

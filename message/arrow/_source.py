@@ -20,6 +20,7 @@ from journal import CorruptJournalError, JournalSpec
 from .._damage import DamageSkippingReader
 from .._reader import ReadUncommittedIter
 from ..columns import prefixed_uuids
+from ._content import from_base64
 from ._windows import _MASK48, _line_bounds, _line_windows, _uuid_halves, _Window, bucket_of
 
 if TYPE_CHECKING:
@@ -40,6 +41,9 @@ class _Source:
         self.spec = spec
         self.content = owner.content
         self.content_schema = pa.schema(list(owner.content.fields))
+        # Binary columns: Arrow's JSON reader gives their text, base64.
+        self.has_binary = any(pa.types.is_binary(t) or pa.types.is_large_binary(t)
+                              for _, t in owner.content.fields)
         self.bulk = spec.content_type == CONTENT_TYPE_JSON_LINES
         if self.bulk:
             path = self.content.uuid_path
@@ -141,6 +145,9 @@ class _Source:
             content = table.select(self.content.names) if self.content.fields else (
                 pa.table({"_": pa.nulls(len(ends))}).select([])
             )
+            if self.has_binary:
+                content = pa.Table.from_arrays(
+                    [from_base64(c) for c in content.columns], schema=content.schema)
         except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, ValueError,
                 KeyError):
             return None  # (a map column, say: Arrow's JSON reader has no conversion)
@@ -197,7 +204,7 @@ class _Source:
         error: BaseException | None = None,
     ) -> _Window:
         ints = [r[2] for r in rows]
-        cols = self.content.columns([r[3] for r in rows])
+        cols = self.content.columns([r[3] for r in rows], self.spec.content_type)
         content = (
             pa.Table.from_arrays(cols, schema=self.content_schema) if self.content.fields
             else pa.table({"_": pa.nulls(len(rows))}).select([])

@@ -10,6 +10,7 @@ at a random cut resumes in either with nothing lost or repeated.
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from typing import Any
 
@@ -277,6 +278,40 @@ def test_maps_and_json_text_in_string_columns(tmp_path: Any) -> None:
     assert table.column("t").to_pylist() == ["false", "true", "false"]
 
 
+@pytest.mark.parametrize("exact", [False, True])
+def test_decimals_binary_and_non_finite_floats_round_trip(tmp_path: Any, exact: bool) -> None:
+    """What a write puts in a journal as Spark's to_json does (a decimal's
+    exact number, binary data as base64, NaN and infinities as strings) reads
+    back as it was, in bulk and frame by frame (a map column sends the read
+    that way): no decimal through a float, no base64 text for the bytes."""
+    from decimal import Decimal
+
+    from message.arrow import json_values
+
+    big = Decimal("123456789012345.12345")
+    values = {
+        "d": pa.array([big, Decimal("-0.00001"), None], pa.decimal128(20, 5)),
+        "b": pa.array([b"\x00\xff", b"", None], pa.binary()),
+        "f": pa.array([float("nan"), float("inf"), -float("inf")], pa.float64()),
+    }
+    docs = [{name: json_values(col)[i] for name, col in values.items()} for i in range(3)]
+    assert docs[0]["f"] == "NaN" and docs[0]["b"] == "AP8="
+    schema = [("d", pa.decimal128(20, 5)), ("b", pa.binary()), ("f", pa.float64())]
+    if exact:
+        schema.append(("m", pa.map_(pa.string(), pa.int64())))
+    with LocalJournalStore(tmp_path) as store:
+        spec = store.create("docs", NDJSON)
+        pub = Publisher(store)
+        for doc in docs:
+            pub.publish_committed(lambda d: (spec.name, spec.content_type),
+                                  JsonDocument(doc, m={"k": 1})).result()
+        table = ReadCommittedArrow(store, "docs", schema=schema).read_all()
+    assert table.column("d").to_pylist() == [big, Decimal("-0.00001"), None]
+    assert table.column("b").to_pylist() == [b"\x00\xff", b"", None]
+    f = table.column("f").to_pylist()
+    assert math.isnan(f[0]) and f[1:] == [float("inf"), -float("inf")]
+
+
 def test_csv_fields_are_inferred_by_position(tmp_path: Any) -> None:
     """Without a schema, a CSV journal's fields after the UUID are string
     columns _c1, _c2, ... (as wide as its widest record)."""
@@ -486,10 +521,19 @@ def test_ndjson_frames_are_json_documents_framed_one_by_one() -> None:
     })
     producer = bytes.fromhex("0a0b0c0d0e0f")
     ndjson = framing_by_content_type("application/x-ndjson")
+    # NaN and infinities as Spark's to_json writes them (orjson alone would
+    # write null, and the value would be lost).
+    spark_floats = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+    def as_spark(row: dict[str, Any]) -> dict[str, Any]:
+        return {k: spark_floats.get(str(v), v) if isinstance(v, float) else v
+                for k, v in row.items()}
+
     expected = b"".join(
-        ndjson.marshal(JsonDocument({**row, "_meta": {
+        ndjson.marshal(JsonDocument({**as_spark(row), "_meta": {
             "uuid": build_uuid(producer, 1000 + i, Flags.CONTINUE_TXN)}}))
         for i, row in enumerate(batch.to_pylist()))
+    assert b'"f":"NaN"' in expected and b'"f":"Infinity"' in expected
     uuids = uuid_strings(producer, 1000, n, Flags.CONTINUE_TXN)
     assert ndjson_frames(batch, uuids) == expected
     deep = ndjson_frames(batch.slice(5, 3), uuids[:108], ("a", "b", "c"))
