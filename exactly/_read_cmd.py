@@ -128,6 +128,7 @@ def _read_columns(args: argparse.Namespace) -> int:
             "pip install 'exactly[arrow]'"
         ) from None
     import os
+    import tempfile
 
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -147,7 +148,17 @@ def _read_columns(args: argparse.Namespace) -> int:
         raise UsageError("--offset goes with one journal, not --selector")
     schema = parse_schema(args.schema) if args.schema else None
     cls = ReadUncommittedArrow if args.uncommitted else ReadCommittedArrow
-    tmp = f"{args.output}.part"
+    # A regular file (or a new one) is written beside it under a name of its
+    # own and renamed over it at the end, so that a failed read leaves it as
+    # it was; through a symbolic link, the file it points to. Anything else
+    # (a FIFO, /dev/stdout) is written to as it is.
+    target = os.path.realpath(args.output)
+    in_place = os.path.exists(target) and not os.path.isfile(target)
+    tmp = target
+    if not in_place:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target),
+                                   prefix=f".{os.path.basename(target)}.", suffix=".part")
+        os.close(fd)
     rows = 0
     with open_store(args) as store:
         try:
@@ -171,17 +182,26 @@ def _read_columns(args: argparse.Namespace) -> int:
                 progress.done()
             finally:
                 writer.close()
-        except (FramingError, CorruptJournalError) as exc:
-            hint = "" if args.skip_corrupt else "; --skip-corrupt skips such frames"
-            where = getattr(exc, "journal", None) or args.name or args.selector
-            raise UsageError(f"journal {where}: {exc}{hint}") from None
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        except BaseException:
-            if os.path.exists(tmp):
+        except BaseException as exc:
+            if not in_place and os.path.exists(tmp):
                 os.unlink(tmp)  # no half-written file left behind
+            if isinstance(exc, FramingError | CorruptJournalError):
+                hint = "" if args.skip_corrupt else "; --skip-corrupt skips such frames"
+                where = getattr(exc, "journal", None) or args.name or args.selector
+                raise UsageError(f"journal {where}: {exc}{hint}") from None
+            if isinstance(exc, ValueError):
+                raise UsageError(str(exc)) from None
             raise
-        os.replace(tmp, args.output)
+        if not in_place:
+            # The mode of the file it replaces, or of a new file (mkstemp's is 0600).
+            if os.path.isfile(target):
+                mode = os.stat(target).st_mode & 0o7777
+            else:
+                mask = os.umask(0)
+                os.umask(mask)
+                mode = 0o666 & ~mask
+            os.chmod(tmp, mode)
+            os.replace(tmp, target)
         what = "rows" if rows != 1 else "row"
         print(f"wrote {rows} {what} to {args.output}", file=sys.stderr)
         if reader.skipped:

@@ -644,12 +644,38 @@ def test_read_committed_to_arrow_and_parquet(tmp_path: Path) -> None:
     table = pyarrow.feather.read_table(arrow)
     assert table["page"].to_pylist() == ["/", "/cart"]
     assert table.schema.field("n").type == pa.int64()
+    assert arrow.stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+    # Through a symbolic link: the file it points to is written, the link
+    # stays; a file of the user's named like a temporary one is left alone;
+    # a read that fails leaves the output as it was and no temporary file.
+    link, mine = tmp_path / "link.arrow", tmp_path / "c.arrow.part"
+    link.symlink_to(arrow)
+    mine.write_text("mine")
+    before = arrow.read_bytes()
+    ok(root, "read", "clicks/b", "--format", "arrow", "--output", str(link))
+    assert link.is_symlink() and arrow.read_bytes() != before and mine.read_text() == "mine"
+    ok(root, "journals", "create", "bad")
+    ok(root, "append", "bad", input='{"n": 1}\n')
+    (frag,) = (root / "bad").glob("@open-*")
+    frag.write_bytes(frag.read_bytes()[:-2] + b"x\n")  # a corrupt frame
+    written = arrow.read_bytes()
+    r = run(root, "read", "bad", "--format", "arrow", "--output", str(arrow))
+    assert r.returncode == 1 and "--skip-corrupt" in r.stderr, r.stderr
+    assert arrow.read_bytes() == written
+    assert sorted(p.name for p in tmp_path.iterdir() if "part" in p.name) == ["c.arrow.part"]
     try:
         import duckdb
     except ImportError:
         return
     got = duckdb.sql(f"SELECT sum(n) FROM '{parquet}'").fetchone()
     assert got is not None and got[0] == 6
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @pytest.mark.parametrize("args, message", [
