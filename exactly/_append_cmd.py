@@ -149,28 +149,42 @@ class _Interrupt:
     middle of publishing or committing: a transaction is then rolled back as a
     whole. A second Ctrl-C interrupts at once."""
 
+    #: SIGTERM and SIGHUP stop an append as Ctrl-C does (unless ignored,
+    #: as under nohup); ``status`` is then 128 + the signal's number.
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
     def __init__(self) -> None:
         self.requested = False
         self.reading = False
-        self.previous: Any = None
+        self.signum: int = signal.SIGINT
+        self.previous: dict[int, Any] = {}
+
+    @property
+    def status(self) -> int:
+        return 128 + self.signum
 
     def __enter__(self) -> _Interrupt:
 
-        try:
-            self.previous = signal.signal(signal.SIGINT, self._handle)
-        except ValueError:  # not the main thread: leave signals alone
-            self.previous = None
+        for sig in self.SIGNALS:
+            try:
+                if sig != signal.SIGINT and signal.getsignal(sig) == signal.SIG_IGN:
+                    continue
+                self.previous[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread: leave signals alone
+                break
         return self
 
     def __exit__(self, *exc: object) -> None:
 
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+        for sig, previous in self.previous.items():
+            signal.signal(sig, previous)
 
     def _handle(self, signum: int, frame: Any) -> None:
 
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if self.requested:
+            raise KeyboardInterrupt  # a second one interrupts at once
         self.requested = True
+        self.signum = signum
         if self.reading:
             raise KeyboardInterrupt
 
@@ -214,7 +228,7 @@ def cmd_emit(args: argparse.Namespace) -> int:
             except KeyboardInterrupt:
                 print(f"exactly: interrupted: {counted(count, 'message')} emitted",
                       file=sys.stderr)
-                return 130
+                return interrupt.status
             except UsageError as exc:
                 raise UsageError(f"{exc}; {counted(count, 'message')} emitted before it") from None
         print(f"emitted {counted(count, 'message')} to {spec.name} (not stored; the last reached"
@@ -277,7 +291,7 @@ def cmd_append(args: argparse.Namespace) -> int:
                 what = ("the transaction is rolled back" if args.transaction
                         else f"{counted(count, 'message')} appended")
                 print(f"exactly: interrupted: {what}", file=sys.stderr)
-                return 130
+                return interrupt.status
             except UsageError as exc:
                 # A bad line stops the input: say what became of the lines before it.
                 store.flush()

@@ -11,10 +11,12 @@ lives in a module of its own; what they share is in ``exactly._common``.
 from __future__ import annotations
 
 import argparse
+import io
 import os
+import signal
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from exactly import _fsck
 from exactly._append_cmd import cmd_append, cmd_emit
@@ -209,6 +211,47 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: Commands that change things: when the reader of their output goes away
+#: (`| head -1`), they finish their work and say nothing more.
+_FINISH_WITHOUT_OUTPUT = frozenset({
+    "cmd_journals_create", "cmd_journals_trim", "cmd_append", "cmd_emit", "cmd_abort",
+    "cmd_fsck", "cmd_shards_apply", "cmd_shards_delete", "cmd_start", "cmd_stop",
+})
+
+
+def _quiet_stdout() -> None:
+    """Standard output to /dev/null, its pipe's reader gone."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+class _OutputMayClose(io.TextIOBase):
+    """Standard output that goes quiet, rather than raise, once its reader
+    has gone away."""
+
+    def __init__(self, out: Any) -> None:
+        self._out = out
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._out.write(text))
+        except BrokenPipeError:
+            _quiet_stdout()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._out.flush()
+        except BrokenPipeError:
+            _quiet_stdout()
+
+    def fileno(self) -> int:
+        return int(self._out.fileno())
+
+    @property
+    def buffer(self) -> Any:
+        return self._out.buffer
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     # gRPC's C core logs a TLS failure on stderr in lines of its own; the
     # error this command prints says it in one. (Before grpc is imported.)
@@ -219,16 +262,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     from message import MessageError
 
     args = build_parser().parse_args(argv)
+    if args.func.__name__ in _FINISH_WITHOUT_OUTPUT:
+        sys.stdout = _OutputMayClose(sys.stdout)
+    # SIGTERM and SIGHUP stop a command as Ctrl-C does: what it does on the
+    # way out (roll back an open transaction, remove a half-written file)
+    # is done, and the status says which signal it was (128 + its number).
+    stopped_by: list[int] = []
+
+    def stop(signum: int, _frame: object) -> None:
+        stopped_by.append(signum)
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) == signal.SIG_DFL:  # (not one nohup ignores)
+            signal.signal(sig, stop)
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
         for progress in list(SHOWN):
             progress.done()
-        return 130
+        return 128 + (stopped_by[0] if stopped_by else signal.SIGINT)
     except BrokenPipeError:
         # The reader of our output went away (`| head`): stop quietly, and keep
         # the interpreter from complaining when it flushes stdout at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _quiet_stdout()
         return 0
     except (UsageError, MessageError, FramingError, JournalError, ConsumerError, ValueError,
             OSError) as exc:
