@@ -143,6 +143,13 @@ def _recover_intents(args: argparse.Namespace, store: Any) -> None:
         log.remove()  # its producer is not used again
 
 
+def _no_uuid_place(exc: TypeError) -> str:
+    """What a document that cannot hold its UUID at _meta/uuid (a '_meta'
+    that is not an object) is told on the command line."""
+    return str(exc).split(": rename that key")[0].replace("JsonDocument keeps", "a line keeps") \
+        + ": rename that key"
+
+
 class _Interrupt:
     """Ctrl-C during an append, turned into a ``KeyboardInterrupt`` raised only
     while waiting for input (or before reading the next line), never in the
@@ -224,6 +231,8 @@ def cmd_emit(args: argparse.Namespace) -> int:
                         reached = pub.emit(mapping, msg)
                     except AppendTooLargeError as exc:
                         raise UsageError(f"line {n}: {exc}") from None
+                    except TypeError as exc:  # a document with no place for its UUID
+                        raise UsageError(f"line {n}: {_no_uuid_place(exc)}") from None
                     count += 1
             except KeyboardInterrupt:
                 print(f"exactly: interrupted: {counted(count, 'message')} emitted",
@@ -274,6 +283,8 @@ def cmd_append(args: argparse.Namespace) -> int:
                         fut = publish(mapping, msg)
                     except AppendTooLargeError as exc:
                         raise UsageError(f"line {n}: {exc}") from None
+                    except TypeError as exc:  # a document with no place for its UUID
+                        raise UsageError(f"line {n}: {_no_uuid_place(exc)}") from None
                     sent(fut)
 
             try:

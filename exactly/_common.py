@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import os
 import sys
 import time
@@ -126,6 +127,24 @@ def non_negative(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
+
+
+def non_empty(text: str) -> str:
+    """An argument that names something: not empty."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("cannot be empty")
+    return text
+
+
+def positive_seconds(text: str) -> float:
+    """A number of seconds above 0 (an interval to wait)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text}")
     return value
 
 

@@ -30,7 +30,9 @@ from exactly._common import (
     UsageError,
     behind_and_past,
     new_message_func,
+    non_empty,
     open_store,
+    positive_seconds,
 )
 
 
@@ -39,14 +41,15 @@ def add_lag_command(sub: Any, common: Sequence[argparse.ArgumentParser]) -> None
                                    " streaming query) is behind its journals",
                        parents=list(common))
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--checkpoint", metavar="FILE", help="a checkpoint file (JSON or protobuf)")
-    what.add_argument("--store", metavar="STORE",
+    what.add_argument("--checkpoint", metavar="FILE", type=non_empty,
+                      help="a checkpoint file (JSON or protobuf)")
+    what.add_argument("--store", metavar="STORE", type=non_empty,
                       help="a consumer runtime's store, as shards show takes it (json:DIR,"
                            " sqlite:PATH, postgresql://...)")
-    what.add_argument("--spark-checkpoint", metavar="DIR",
+    what.add_argument("--spark-checkpoint", metavar="DIR", type=non_empty,
                       help="a Spark streaming query's checkpoint location")
     p.add_argument("shard_ids", nargs="*", metavar="SHARD", help="with --store: only these shards")
-    p.add_argument("--watch", nargs="?", type=float, const=2.0, metavar="SECONDS",
+    p.add_argument("--watch", nargs="?", type=positive_seconds, const=2.0, metavar="SECONDS",
                    help="refresh every SECONDS (2 by default) until Ctrl-C")
     p.add_argument("--json", action="store_true", help="one JSON document per journal")
     p.add_argument("--proto", help="protobuf message class (module.Class) of a proto journal")

@@ -228,7 +228,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     app = load_app(args.app)
-    ttl = args.lease_ttl or DEFAULT_LEASE_TTL
+    ttl = DEFAULT_LEASE_TTL if args.lease_ttl is None else args.lease_ttl
     # A call to etcd fails well within a renewal period (a third of the TTL).
     group = _group(args, timeout=min(5.0, max(0.5, ttl / 3)))
     try:

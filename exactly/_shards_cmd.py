@@ -21,7 +21,14 @@ from typing import Any
 
 import orjson
 
-from exactly._common import PAST_HEAD_NOTE, UsageError, behind_and_past, counted, open_store
+from exactly._common import (
+    PAST_HEAD_NOTE,
+    UsageError,
+    behind_and_past,
+    counted,
+    non_empty,
+    open_store,
+)
 
 #: Open transactions listed by the table (the oldest first); --json has all.
 _OPEN_SHOWN = 8
@@ -36,7 +43,7 @@ def add_shards_command(sub: Any, common: Sequence[argparse.ArgumentParser]) -> N
                                         " of its sources", parents=list(common))
     show.add_argument("shard_ids", nargs="*", metavar="SHARD",
                       help="only these shards (default: every shard of the store)")
-    show.add_argument("--store", required=True,
+    show.add_argument("--store", required=True, type=non_empty,
                       help="json:DIR (a JSONFileStore), sqlite:PATH, or postgresql://...")
     show.add_argument("--json", action="store_true", help="one JSON document per shard")
     show.set_defaults(func=cmd_shards_show)

@@ -261,6 +261,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from journal import JournalError
     from message import MessageError
 
+    # Started with standard input or output closed (`<&-`, `>&-`): as if
+    # they were /dev/null (no input; output nobody reads).
+    if sys.stdin is None:
+        sys.stdin = open(os.devnull)  # noqa: SIM115 (for the life of the process)
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
     args = build_parser().parse_args(argv)
     if args.func.__name__ in _FINISH_WITHOUT_OUTPUT:
         sys.stdout = _OutputMayClose(sys.stdout)

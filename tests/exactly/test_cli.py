@@ -446,6 +446,27 @@ def test_output_closed_early_is_not_an_error(tmp_path: Path) -> None:
     assert proc.wait(timeout=60) == 0 and err == b""
 
 
+def test_more_mistakes_are_one_line_never_a_traceback(tmp_path: Path) -> None:
+    """A line whose '_meta' has no room for its UUID (append, --transaction,
+    emit), empty names and bad intervals for lag, and closed standard input
+    or output: one line (or none), never a traceback."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "m/j")
+    for args in (["append", "m/j"], ["append", "m/j", "--transaction"], ["emit", "m/j"]):
+        r = run(root, *args, input='{"a": 1}\n{"_meta": "x"}\n')
+        assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.startswith("exactly: error: line 2: a line keeps its UUID at _meta/uuid")
+    for args in (["--store", ""], ["--checkpoint", ""], ["--store", "x", "--watch", "-1"],
+                 ["--store", "x", "--watch", "nan"], ["--store", "x", "--watch", "0"]):
+        r = run(root, "lag", *args)
+        assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, (args, r.stderr)
+    for redirect in ("<&-", ">&-"):
+        args = "append m/j" if redirect == "<&-" else "read m/j"
+        r = subprocess.run(f"{sys.executable} -m exactly --root {root} {args} {redirect}",
+                           shell=True, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+
+
 def test_commands_that_change_things_finish_when_their_output_closes(tmp_path: Path) -> None:
     """`exactly journals create ... | head -1`: the journals are all
     created (the closed pipe only silences the command), status 0."""
