@@ -26,6 +26,7 @@ import logging
 import os
 import re
 import sqlite3
+import urllib.parse
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from message import Checkpoint, CheckpointError
@@ -194,6 +195,34 @@ class SQLiteStore(SQLStore):
         if self.connection.in_transaction:
             raise ConsumerError(f"{self!r}: a transaction is open")
         return super().read_checkpoints()
+
+    @classmethod
+    def inspect(cls, path: str | os.PathLike[str], *, table: str = DEFAULT_TABLE
+                ) -> dict[str, Checkpoint]:
+        """Every shard's last committed checkpoint in the database file at
+        ``path``, read without changing the file at all (opened read-only:
+        no table made, no journal mode set, nothing fenced), as ``exactly
+        shards show`` reads it. ``StoreError`` if it holds no store."""
+        uri = "file:" + urllib.parse.quote(os.path.abspath(os.fspath(path))) + "?mode=ro"
+        try:
+            conn = sqlite3.connect(uri, uri=True)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{os.fspath(path)}: cannot open the SQLite store: {exc}",
+                             store="SQLiteStore") from exc
+        try:
+            found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                                 (table,)).fetchone()
+            if found is None:
+                raise StoreError(f"{os.fspath(path)} holds no SQLiteStore (no {table} table)",
+                                 store="SQLiteStore")
+            rows = conn.execute(f"SELECT shard, checkpoint FROM {table} ORDER BY shard"
+                                ).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"{os.fspath(path)}: cannot read the SQLite store: {exc}",
+                             store="SQLiteStore") from exc
+        finally:
+            conn.close()
+        return {str(shard): Checkpoint.from_bytes(bytes(data)) for shard, data in rows}
 
 
 class PostgresStore(SQLStore):

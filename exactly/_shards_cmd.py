@@ -71,11 +71,7 @@ def checkpoints_of(spec: str) -> dict[str, Any]:
     if kind == "sqlite":
         if not path.is_file():
             raise UsageError(f"{path} is not a SQLite file")
-        sqlite = SQLiteStore(path)
-        try:
-            return sqlite.read_checkpoints()
-        finally:
-            sqlite.close()
+        return SQLiteStore.inspect(path)  # (read-only: the file is left as it is)
     if not path.is_dir():
         raise UsageError(f"{path} is not a JSONFileStore directory")
     shard, cp, _ = JSONFileStore(path).read_checkpoint()

@@ -81,6 +81,27 @@ def test_mistakes_are_one_line(served: Path, args: list[str], error: str) -> Non
     assert r.stderr.splitlines() == [f"exactly: error: {error}"], r.stderr
 
 
+def test_reading_a_sqlite_file_changes_nothing_in_it(tmp_path: Path) -> None:
+    """shards show reads a SQLite file read-only (as lag does, through the
+    same function): one that holds no store is said so, and left byte for
+    byte as it was (no table made, no journal mode set)."""
+    import sqlite3
+
+    db = tmp_path / "app.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE t (a)")
+    conn.commit()
+    conn.close()
+    before = db.read_bytes()
+    for args in (["shards", "show", "--store", "sqlite:app.db"],
+                 ["shards", "show", "--store", "app.db"]):
+        r = run(*args, cwd=tmp_path)
+        assert r.returncode == 1, r.stderr
+        assert r.stderr.splitlines() == [
+            "exactly: error: app.db holds no SQLiteStore (no exactly_checkpoints table)"]
+    assert db.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
+
+
 def _lag(served: Path, *args: str) -> dict[str, dict[str, object]]:
     r = run("--root", "journals", "lag", *args, "--json", cwd=served)
     assert r.returncode == 0, r.stderr
