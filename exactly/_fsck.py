@@ -95,6 +95,16 @@ def cmd_fsck(args: argparse.Namespace, client: JournalClient, out: Any = None) -
                 shown = ", ".join(os.path.basename(p) for p in pieces)
                 print(f"journal {name}: in quarantine (kept, not readable): {shown}", file=out)
     journals.done()
+    if local and not args.journals:
+        assert isinstance(client, LocalJournalStore)
+        for name in client.orphaned():
+            # Not repaired: only its labels (content type) make it a journal again.
+            found += 1
+            print(JournalProblem(
+                name, None, None, None,
+                "its files are here but not its spec (@spec.json): `exactly journals create"
+                f" {name}` with its content type and labels makes it a journal again, over"
+                " them"), file=out)
     what = f"{found} problem{'s' if found != 1 else ''} found"
     left = found
     if found and args.repair and local:

@@ -47,8 +47,14 @@ LOCK_FILE: Final = "@lock"
 #: (``trim``) removed everything. A fragment missing at or above it is lost,
 #: not trimmed. Journals made before it existed have none.
 START_FILE: Final = "@start"
+#: A journal being deleted: its spec, renamed (the journal no longer exists
+#: from then on) until its files are gone. What a deletion that crashed
+#: half-way leaves beside it is removed by the next ``create``; files
+#: found without a spec and without this mark are not leftovers of a
+#: deletion, and are never removed for them.
+DELETING_FILE: Final = "@deleting"
 #: The files of a journal directory besides its fragments.
-JOURNAL_FILES: Final = frozenset((SPEC_FILE, COMMIT_FILE, LOCK_FILE, START_FILE))
+JOURNAL_FILES: Final = frozenset((SPEC_FILE, COMMIT_FILE, LOCK_FILE, START_FILE, DELETING_FILE))
 #: ``@sums-%016x-%016x``: the batch checksums of the sealed fragment
 #: ``[begin, end)`` (journal/_local/sums.py). The open fragment's follow its
 #: commit record in ``@commit``.

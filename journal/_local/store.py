@@ -65,6 +65,7 @@ from .files import (
 )
 from .fragment import (
     COMMIT_FILE,
+    DELETING_FILE,
     LOCK_FILE,
     SPEC_FILE,
     START_FILE,
@@ -97,6 +98,24 @@ _MAX_COMPONENT: Final = 255
 _RESERVED_COMPONENT: Final = re.compile(r"[0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{40}(\.\w*)?")
 
 LOG: Final = logging.getLogger("journal")
+
+def _journal_data(path: str) -> set[str]:
+    """The names of the files in a journal directory that hold a journal's
+    data: fragments, the commit record, the recorded start, temporary files."""
+    try:
+        entries = list(os.scandir(path))
+    except FileNotFoundError:
+        return set()
+    return {
+        e.name for e in entries
+        if e.is_file(follow_symlinks=False) and (
+            parse_sealed_name(e.name) is not None
+            or parse_open_name(e.name) is not None
+            or e.name.startswith(TEMP_PREFIX)
+            or e.name in (COMMIT_FILE, START_FILE)
+        )
+    }
+
 
 @final
 class LocalJournalStore(Closing):
@@ -177,15 +196,27 @@ class LocalJournalStore(Closing):
                 if existing.labels != spec.labels:
                     raise JournalExistsError(name, existing.labels.to_dict())
                 return existing
+            data = _journal_data(jd.path)
+            if data and not os.path.exists(os.path.join(jd.path, DELETING_FILE)):
+                # Files of a journal whose spec is gone (lost, or removed by
+                # hand): never deleted. With its commit record, the journal
+                # is made again over them; without, nothing is done.
+                if COMMIT_FILE not in data:
+                    raise JournalError(
+                        f"cannot create journal {name!r}: {jd.path} holds fragments of a"
+                        " journal but neither its spec nor its commit record; move them"
+                        " away first (nothing was changed)"
+                    )
+                LOG.warning("journal %s: its files were found without a spec (%s lost?):"
+                            " made again over them, with the labels given", name, SPEC_FILE)
+                write_atomically(jd, SPEC_FILE, spec_bytes(spec))
+                self._fsync_parents(jd)
+                return spec
             # Leftovers of a deletion that crashed half-way belong to no journal.
-            for entry in os.scandir(jd.path):
-                if entry.is_file(follow_symlinks=False) and (
-                    parse_sealed_name(entry.name) is not None
-                    or parse_open_name(entry.name) is not None
-                    or entry.name.startswith(TEMP_PREFIX)
-                    or entry.name in (COMMIT_FILE, START_FILE)
-                ):
-                    os.unlink(entry.path)
+            for entry in data:
+                os.unlink(os.path.join(jd.path, entry))
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(jd.path, DELETING_FILE))
             write_start(jd, 0)
             write_atomically(jd, COMMIT_FILE, _initial_record())
             write_atomically(jd, SPEC_FILE, spec_bytes(spec))
@@ -203,11 +234,15 @@ class LocalJournalStore(Closing):
         with locked(jd):
             if not os.path.exists(jd.spec_path):
                 raise JournalNotFoundError(name)
-            os.unlink(jd.spec_path)  # From here on the journal does not exist.
+            # From here on the journal does not exist, and what is left of it
+            # is known for leftovers of a deletion (see DELETING_FILE).
+            os.replace(jd.spec_path, os.path.join(jd.path, DELETING_FILE))
             fsync_dir(jd.path)
             for entry in os.scandir(jd.path):
-                if entry.is_file(follow_symlinks=False) and entry.name != LOCK_FILE:
+                if entry.is_file(follow_symlinks=False) and \
+                        entry.name not in (LOCK_FILE, DELETING_FILE):
                     os.unlink(entry.path)
+            os.unlink(os.path.join(jd.path, DELETING_FILE))  # the mark, last
             os.unlink(jd.lock_path)  # Waiters for the lock notice and give up.
             fsync_dir(jd.path)
         with self._lock:
@@ -252,6 +287,30 @@ class LocalJournalStore(Closing):
                         out.append(spec)
         out.sort(key=lambda s: s.name)
         return out
+
+    def orphaned(self) -> builtins.list[str]:
+        """Names of the directories that hold a journal's files (fragments, a
+        commit record) but no spec: journals whose ``@spec.json`` was lost
+        (a deletion under way is not one), invisible to ``list``. ``create``
+        with their labels makes them again over their files. Sorted."""
+        out: builtins.list[str] = []
+        stack = [(self.root, "")]
+        while stack:
+            path, prefix = stack.pop()
+            try:
+                entries = builtins.list(os.scandir(path))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for entry in entries:
+                if entry.name.startswith("@") or not entry.is_dir(follow_symlinks=False):
+                    continue
+                name = prefix + entry.name
+                stack.append((entry.path, name + "/"))
+                if (not os.path.exists(os.path.join(entry.path, SPEC_FILE))
+                        and not os.path.exists(os.path.join(entry.path, DELETING_FILE))
+                        and _journal_data(entry.path)):
+                    out.append(name)
+        return sorted(out)
 
     def head(self, name: str) -> int:
         """The journal's committed end offset: where the next append begins."""

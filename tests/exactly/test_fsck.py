@@ -184,6 +184,16 @@ def test_fsck_names_journals_and_takes_root_after_the_subcommand(tmp_path: Path)
     assert r.returncode == 0 and "checked 1 journal:" in r.stdout
     r = run(root, "fsck", "ok/nope")
     assert r.returncode == 1 and "ok/nope" in r.stdout
+    # A journal whose spec is lost is a problem (invisible to every other
+    # command), left for `journals create` to take back, never removed.
+    (root / "ok" / "b" / "@spec.json").unlink()
+    r = run(root, "fsck", "--repair")
+    assert r.returncode == 1
+    assert "journal ok/b: its files are here but not its spec" in r.stdout, r.stdout
+    assert r.stdout.splitlines()[-1].endswith("1 left unrepaired")
+    assert run(root, "journals", "create", "ok/b").returncode == 0
+    assert run(root, "fsck").returncode == 0
+    assert len(run(root, "read", "ok/b").stdout.splitlines()) == 3
 
 
 def test_undecodable_frames_are_reported_with_their_offsets(tmp_path: Path) -> None:

@@ -225,17 +225,51 @@ def test_dead_writers_new_open_fragment_is_cut_before_reuse(tmp_path: Path) -> N
 
 
 def test_half_deleted_journal_is_recreated_empty(tmp_path: Path) -> None:
-    """Leftovers of a deletion interrupted after removing @spec.json do not leak into a new one."""
+    """Leftovers of a deletion interrupted after its first step (the spec
+    renamed to the @deleting mark) do not leak into a new one; a deletion
+    that finishes leaves nothing."""
     root = tmp_path / "root"
     with LocalJournalStore(root, fragment_size=20) as s:
         s.create("gone", NDJSON)
         _append_all(s, "gone", _lines(10))
-    (root / "gone" / "@spec.json").unlink()
+    (root / "gone" / "@spec.json").rename(root / "gone" / "@deleting")
     with LocalJournalStore(root) as s:
         with pytest.raises(JournalNotFoundError):
             s.get("gone")
+        assert s.orphaned() == []  # a deletion under way, not a lost spec
         s.create("gone", NDJSON)
         assert s.head("gone") == 0 and s.fragments("gone") == []
+        assert not (root / "gone" / "@deleting").exists()
+        _append_all(s, "gone", _lines(3))
+        s.delete("gone")
+    assert not (root / "gone").exists()
+
+
+def test_a_journal_whose_spec_was_lost_is_never_wiped(tmp_path: Path) -> None:
+    """Files of a journal found without its spec (lost, removed by hand)
+    are no deletion's leftovers: listed by orphaned() (fsck reports them),
+    and create makes the journal again over them, every byte readable;
+    without its commit record, create refuses and changes nothing."""
+    root = tmp_path / "root"
+    with LocalJournalStore(root, fragment_size=20) as s:
+        s.create("kept", NDJSON)
+        _append_all(s, "kept", _lines(10))
+        content = _read(s, "kept")
+        s.create("nocommit", NDJSON)
+        _append_all(s, "nocommit", _lines(3))
+    (root / "kept" / "@spec.json").unlink()
+    (root / "nocommit" / "@spec.json").unlink()
+    (root / "nocommit" / "@commit").unlink()
+    files = sorted(p.name for p in (root / "nocommit").iterdir())
+    with LocalJournalStore(root) as s:
+        assert [j.name for j in s.list()] == []
+        assert s.orphaned() == ["kept", "nocommit"]
+        assert s.create("kept", NDJSON).name == "kept"
+        assert _read(s, "kept") == content and s.head("kept") == len(content)
+        with pytest.raises(JournalError, match="neither its spec nor its commit record"):
+            s.create("nocommit", NDJSON)
+        assert sorted(p.name for p in (root / "nocommit").iterdir()) == files
+        assert s.orphaned() == ["nocommit"]
 
 
 # Corruption ------------------------------------------------------------------------------
