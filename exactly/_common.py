@@ -31,15 +31,25 @@ def counted(n: int, thing: str, things: str | None = None) -> str:
 
 
 def root_of(args: argparse.Namespace) -> Path:
-    return Path(getattr(args, "root", None) or os.environ.get("EXACTLY_ROOT") or "exactly-store")
+    root = _given(args, "root") or os.environ.get("EXACTLY_ROOT") or "exactly-store"
+    return Path(os.path.expanduser(root))  # (`--root=~/x`: no shell expands that ~)
+
+
+def _given(args: argparse.Namespace, option: str) -> str | None:
+    """The value of ``--option``, if given; an empty one is a mistake (it
+    would else quietly mean the default)."""
+    value: str | None = getattr(args, option, None)
+    if value is not None and not value.strip():
+        raise UsageError(f"--{option} cannot be empty")
+    return value
 
 
 def broker_of(args: argparse.Namespace) -> str | None:
     """The broker URL to use, or None for a local store directory: ``--broker``,
     else ``BROKER_ADDRESS`` (as Gazette's tools) unless a store directory is
     named (``--root`` or ``EXACTLY_ROOT``)."""
-    broker = getattr(args, "broker", None)
-    root = getattr(args, "root", None)
+    broker = _given(args, "broker")
+    root = _given(args, "root")
     if broker and root:
         raise UsageError("give --root (a local store) or --broker (a Gazette cluster), not both")
     if broker or root:

@@ -59,6 +59,11 @@ def run_cluster_demo(store: Path, out: TextIO = sys.stdout,
 def cmd_demo(args: argparse.Namespace) -> int:
     from exactly._quickdemo import run_quick_demo
 
+    for option in ("root", "broker"):
+        if getattr(args, option, None) is not None:
+            # (The demo replaces its store: never one of the user's.)
+            raise UsageError(f"the demo keeps a store of its own, which it replaces: name its"
+                             f" directory with --store DIR, not --{option}")
     store = args.store or ("demo-cluster" if args.cluster else "demo-store")
     if args.secure and not args.cluster:
         raise UsageError("--secure goes with --cluster (the embedded store has no TLS)")

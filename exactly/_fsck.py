@@ -138,15 +138,8 @@ def _journal_names(client: JournalClient) -> list[str]:
     """Every journal; for a local store, also those whose spec is unreadable
     (which ``list()`` would refuse)."""
     if isinstance(client, LocalJournalStore):
-        return sorted(_local_names(client.root))
+        return client.names()
     return [spec.name for spec in client.list()]
-
-
-def _local_names(root: str) -> Iterator[str]:
-    for path, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("@"))  # walk() skips links
-        if "@spec.json" in files and path != root:
-            yield os.path.relpath(path, root).replace(os.sep, "/")
 
 
 @contextlib.contextmanager

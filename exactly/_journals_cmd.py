@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 import orjson
 
@@ -77,12 +78,33 @@ def _content_type(text: str) -> str:
 
 
 def cmd_journals_list(args: argparse.Namespace) -> int:
-    from journal import JournalError
+    from journal import JournalError, LocalJournalStore, parse_label_selector
 
     damaged: list[str] = []
     with open_store(args) as store:
-        specs = store.list(args.selector or "")
+        selector = parse_label_selector(args.selector or "")
+        if isinstance(store, LocalJournalStore):
+            # One journal whose spec cannot be read does not hide the others
+            # (list() refuses the whole listing for it).
+            specs: list[Any] = []
+            for name in store.names():
+                try:
+                    spec = store.get(name)
+                except JournalError as exc:
+                    damaged.append(f"exactly: error: {exc}")
+                    specs.append(name)
+                    continue
+                if selector.matches(spec):
+                    specs.append(spec)
+        else:
+            specs = store.list(selector)
         for spec in specs:
+            if isinstance(spec, str):  # its spec is unreadable: no labels, no size
+                if args.json:
+                    print(orjson.dumps({"name": spec, "head": None, "labels": None}).decode())
+                else:
+                    print(f"{spec}\t?\tdamaged")
+                continue
             try:
                 head: int | None = store.head(spec.name)
             except JournalError as exc:

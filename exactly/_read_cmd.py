@@ -298,20 +298,38 @@ def _inspect_open(args: argparse.Namespace) -> int:
     """``inspect --open``: the open transactions of a journal, or of all."""
     older = parse_duration(args.older_than) if args.older_than else None
     now_ns = dt.datetime.now(dt.UTC).timestamp() * 1e9
+    from framing import FramingError
+    from journal import JournalError, LocalJournalStore
+
     with open_store(args) as store:
-        specs = [store.get(args.name)] if args.name else store.list()
+        # Over every journal, one that cannot be looked into (damaged, or of
+        # protobuf frames without --proto) is said so, and the others are.
+        names = ([args.name] if args.name else
+                 store.names() if isinstance(store, LocalJournalStore) else
+                 [spec.name for spec in store.list()])
         rows = []
-        for spec in specs:
-            new_message = new_message_func(spec, args.proto)
-            scan = _Scan(store, spec, new_message)
-            for st, opened in scan.open_spans(store, spec, new_message):
+        passed: list[str] = []
+        for name in names:
+            try:
+                spec = store.get(name)
+                new_message = new_message_func(spec, args.proto)
+                scan = _Scan(store, spec, new_message)
+                spans = scan.open_spans(store, spec, new_message)
+            except (UsageError, JournalError, FramingError) as exc:
+                if args.name:
+                    raise
+                passed.append(f"exactly: journal {name} not looked into: {exc}")
+                continue
+            for st, opened in spans:
                 if older is not None and (opened is None or now_ns - opened < older * 1e9):
                     continue
                 rows.append((spec.name, st, opened))
+        for line in passed:
+            print(line, file=sys.stderr)
         if not rows:
             what = f" older than {args.older_than}" if older is not None else ""
-            print(f"no open transaction{what} in {counted(len(specs), 'journal')}")
-            return 0
+            print(f"no open transaction{what} in {counted(len(names) - len(passed), 'journal')}")
+            return 1 if passed else 0
         print(f"{'journal':24s}  producer      first offset  opened at{'':24s}  age")
         for name, st, opened in rows:
             when = ("?" if opened is None else
@@ -319,7 +337,7 @@ def _inspect_open(args: argparse.Namespace) -> int:
             print(f"{name:24s}  {st.producer.hex()}  {st.begin:12d}  {when:33s}  {_age(opened)}")
     print(f"{counted(len(rows), 'open transaction')}; 'exactly abort JOURNAL --producer ID'"
           " rolls one back", file=sys.stderr)
-    return 0
+    return 1 if passed else 0
 
 
 def cmd_abort(args: argparse.Namespace) -> int:

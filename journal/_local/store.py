@@ -288,6 +288,27 @@ class LocalJournalStore(Closing):
         out.sort(key=lambda s: s.name)
         return out
 
+    def names(self) -> builtins.list[str]:
+        """Names of every journal of the store, those whose spec cannot be
+        read included (which ``list`` refuses, as ``get`` does): what
+        ``exactly fsck`` checks and ``exactly journals list`` shows. Sorted."""
+        out: builtins.list[str] = []
+        stack = [(self.root, "")]
+        while stack:
+            path, prefix = stack.pop()
+            try:
+                entries = builtins.list(os.scandir(path))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for entry in entries:
+                if entry.name.startswith("@") or not entry.is_dir(follow_symlinks=False):
+                    continue
+                name = prefix + entry.name
+                stack.append((entry.path, name + "/"))
+                if os.path.exists(os.path.join(entry.path, SPEC_FILE)):
+                    out.append(name)
+        return sorted(out)
+
     def orphaned(self) -> builtins.list[str]:
         """Names of the directories that hold a journal's files (fragments, a
         commit record) but no spec: journals whose ``@spec.json`` was lost

@@ -460,11 +460,37 @@ def test_more_mistakes_are_one_line_never_a_traceback(tmp_path: Path) -> None:
                  ["--store", "x", "--watch", "nan"], ["--store", "x", "--watch", "0"]):
         r = run(root, "lag", *args)
         assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, (args, r.stderr)
+    for args, says in ((["--root", "", "journals", "list"], "--root cannot be empty"),
+                       (["--broker", "", "journals", "list"], "--broker cannot be empty"),
+                       (["--root", str(root), "demo", "--quick"], "not --root")):
+        r = subprocess.run([sys.executable, "-m", "exactly", *args], capture_output=True,
+                           text=True, timeout=60, cwd=tmp_path)
+        assert r.returncode == 1 and says in r.stderr and len(r.stderr.splitlines()) == 1
+    assert not (tmp_path / "demo-store").exists()
     for redirect in ("<&-", ">&-"):
         args = "append m/j" if redirect == "<&-" else "read m/j"
         r = subprocess.run(f"{sys.executable} -m exactly --root {root} {args} {redirect}",
                            shell=True, capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+
+
+def test_one_unreadable_spec_hides_no_other_journal(tmp_path: Path) -> None:
+    """A journal whose spec is garbage: `journals list` shows the others and
+    it as damaged (status 1); `inspect --open` over every journal looks into
+    the others, and says which it could not (it, and a protobuf journal
+    without --proto)."""
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "a", "b", "c")
+    ok(root, "journals", "create", "p", "-t", "proto")
+    r = run(root, "append", "c", "--transaction", input='{"n": 1}\n')
+    (root / "b" / "@spec.json").write_text("garbage")
+    r = run(root, "journals", "list")
+    assert r.returncode == 1
+    assert [line.split("\t")[0] for line in r.stdout.splitlines()] == ["a", "b", "c", "p"]
+    assert "b\t?\tdamaged" in r.stdout and "unreadable journal spec" in r.stderr
+    r = run(root, "inspect", "--open")
+    assert r.returncode == 1 and "no open transaction in 2 journals" in r.stdout, r.stdout
+    assert "journal b not looked into" in r.stderr and "journal p not looked into" in r.stderr
 
 
 def test_commands_that_change_things_finish_when_their_output_closes(tmp_path: Path) -> None:
