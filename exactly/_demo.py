@@ -190,6 +190,20 @@ def _story(where: StoreOptions, root: Path, out: TextIO, t0: float, progress_eve
     }
     say(out, t0, f"started {len(procs) + 1} producer processes (pids "
          f"{', '.join(str(p.pid) for p in [*procs.values(), killed])})")
+    try:
+        reports = _await_producers(killed, procs, out, t0, progress_every)
+    finally:
+        # Stopped (Ctrl-C, SIGTERM) or failed: no producer outlives the demo.
+        for proc in [killed, *procs.values()]:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return _after_producers(where, root, out, t0, progress_every, master, reports)
+
+
+def _await_producers(killed: subprocess.Popen[str], procs: dict[str, subprocess.Popen[str]],
+                     out: TextIO, t0: float, progress_every: float) -> dict[str, Any]:
+    """SIGKILL the producer in its transaction; the others' reports."""
     assert killed.stdout is not None
     if killed.stdout.readline().strip() != "ready":
         raise RuntimeError("the producer to kill did not start its transaction")
@@ -207,6 +221,12 @@ def _story(where: StoreOptions, root: Path, out: TextIO, t0: float, progress_eve
             reports[name] = orjson.loads(stdout.strip().splitlines()[-1])
             say(out, t0, f"producer {name} done: {sum(reports[name]['pages'].values())} "
                  "clicks committed")
+    return reports
+
+
+def _after_producers(where: StoreOptions, root: Path, out: TextIO, t0: float,
+                     progress_every: float, master: str | None,
+                     reports: dict[str, Any]) -> int:
     dups = _duplicate_frames(where, random.Random(5), 200)
     say(out, t0, f"re-appended {dups} runs of existing frames (at-least-once retries)")
 

@@ -97,4 +97,9 @@ def main(root: str, role: str, seed: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    try:
+        main(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    except KeyboardInterrupt:  # the demo was stopped (Ctrl-C reaches its whole group)
+        sys.exit(130)
+    except BrokenPipeError:  # the demo went away before reading the report
+        sys.exit(1)
