@@ -71,6 +71,12 @@ def _input_messages(spec: Any, lines: Iterator[bytes], fmt: str) -> Iterator[tup
     from message import CSVRecord, JsonDocument
 
     ct = spec.content_type
+    if ct == CONTENT_TYPES["csv"] and fmt == "lines":
+        for n, raw in enumerate(lines, 1):  # each line as it is: a record of one field
+            line = raw.rstrip(b"\r\n")
+            if line.strip():
+                yield n, CSVRecord(["", _decode_line(n, line)])
+        return
     if ct == CONTENT_TYPES["csv"]:
         for n, fields in _csv_records(lines):
             yield n, CSVRecord(["", *fields])

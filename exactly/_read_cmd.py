@@ -11,6 +11,7 @@ from typing import Any
 import orjson
 
 from exactly._common import (
+    CONTENT_TYPES,
     Progress,
     UsageError,
     counted,
@@ -36,6 +37,9 @@ def cmd_read(args: argparse.Namespace) -> int:
     out = sys.stdout.buffer
     with open_store(args) as store:
         spec = store.get(args.name)
+        if args.proto and spec.content_type != CONTENT_TYPES["proto"]:
+            raise UsageError(f"--proto names the message class of a protobuf journal; {spec.name}"
+                             f" is {spec.content_type}")
         new_message = new_message_func(spec, args.proto)
         offset = args.offset
         if since is not None and not offset:
@@ -380,7 +384,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.checkpoint:
         if args.open:
             raise UsageError("--open lists a journal's open transactions, not a checkpoint's")
-        cp = load_checkpoint(args.checkpoint)
+        if args.name:
+            raise UsageError("name a journal, or give --checkpoint FILE, not both")
+        try:
+            cp = load_checkpoint(args.checkpoint)
+        except FileNotFoundError:
+            raise UsageError(f"no checkpoint file {args.checkpoint}") from None
         print(orjson.dumps(cp.to_dict(), option=orjson.OPT_INDENT_2).decode())
         return 0
     if args.open or args.older_than:

@@ -78,6 +78,15 @@ def _store_options() -> _Parser:
     return p
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("exactly")
+    except PackageNotFoundError:  # run from a checkout that is not installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = [_store_options()]
     p = _Parser(
@@ -85,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Exactly-once messaging over append-only journals.",
         parents=common,
     )
+    p.add_argument("--version", action="version", version=f"exactly {_version()}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     j = sub.add_parser("journals", help="create, list and trim journals", parents=common)
@@ -117,8 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     lines.add_argument("name")
     lines.add_argument("--file", "-f", help="read from this file instead of stdin")
     lines.add_argument("--format", choices=("json", "lines"), default="json",
-                       help="json: one JSON object per line (default); lines: wrap each line "
-                            "as {\"text\": line}")
+                       help="json: one JSON object per line, or CSV records in a CSV journal"
+                            " (default); lines: each line as it is ({\"text\": line} in an"
+                            " NDJSON journal, a record of one field in a CSV one)")
 
     a = sub.add_parser("append", help="publish stdin lines (JSON documents) to a journal",
                        parents=[*common, lines])
@@ -147,7 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     mode = r.add_mutually_exclusive_group()
     mode.add_argument("--committed", action="store_true", help="committed only (default)")
     mode.add_argument("--uncommitted", action="store_true", help="every frame")
-    r.add_argument("--offset", type=int, default=0, help="journal offset to start at")
+    r.add_argument("--offset", type=int, default=0,
+                   help="journal offset to start at (-1: the write head)")
     r.add_argument("--since", help="only messages published since a time (ISO-8601, or 15m)")
     r.add_argument("--follow", "-F", action="store_true", help="wait for new messages")
     r.add_argument("--transient", action="store_true",

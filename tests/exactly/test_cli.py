@@ -467,6 +467,17 @@ def test_more_mistakes_are_one_line_never_a_traceback(tmp_path: Path) -> None:
                            text=True, timeout=60, cwd=tmp_path)
         assert r.returncode == 1 and says in r.stderr and len(r.stderr.splitlines()) == 1
     assert not (tmp_path / "demo-store").exists()
+    for args, says in ((["read", "m/j", "--proto", "x.Y"], "--proto names the message class"),
+                       (["inspect", "m/j", "--checkpoint", "c"], "not both"),
+                       (["inspect", "--checkpoint", "nope"], "no checkpoint file nope")):
+        r = run(root, *args)
+        assert r.returncode == 1 and says in r.stderr and len(r.stderr.splitlines()) == 1
+    assert ok(root, "--version").startswith("exactly ")
+    # --format lines: each line as it is, in a CSV journal a record of one field.
+    ok(root, "journals", "create", "m/c", "-t", "csv")
+    ok(root, "append", "m/c", "--format", "lines", input='a,b "c\n')
+    (doc,) = [json.loads(x) for x in ok(root, "read", "m/c").splitlines()]
+    assert doc["message"][1:] == ['a,b "c']
     for redirect in ("<&-", ">&-"):
         args = "append m/j" if redirect == "<&-" else "read m/j"
         r = subprocess.run(f"{sys.executable} -m exactly --root {root} {args} {redirect}",
