@@ -82,6 +82,10 @@ class _FrameDataError(FramingError):
 
     def __str__(self) -> str:
         where = f" at offset {self.offset}" if self.offset is not None else ""
+        # A reader of a journal names it (``journal``, set where it is known).
+        journal = getattr(self, "journal", None)
+        if journal:
+            where += f" of journal {journal}"
         return f"{self.reason} ({len(self.data)} bytes{where})"
 
 

@@ -34,6 +34,7 @@ from ._options import (
     SPLIT_BYTES,
     _conform,
     _include_acks,
+    _skip_corrupt,
     content_spec,
     uuid_path_option,
 )
@@ -112,6 +113,7 @@ class SparkBatchReader(DataSourceReader):
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         # ACKs are control records of read committed; read uncommitted is every frame.
         self.acks = _include_acks(options) or self.isolation == READ_UNCOMMITTED
+        self.skip_corrupt = _skip_corrupt(options)
         with self.where.open() as store:
             recover(store)
 
@@ -145,7 +147,7 @@ class SparkBatchReader(DataSourceReader):
             for batch in read_journal(
                 store, partition.journal, self.content, end_offset=partition.end,
                 isolation=self.isolation, bucket=partition.bucket, buckets=partition.buckets,
-                include_acks=self.acks,
+                include_acks=self.acks, skip_corrupt=self.skip_corrupt,
             ):
                 yield _conform(batch, self.arrow_schema)
 

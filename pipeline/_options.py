@@ -200,6 +200,13 @@ def _include_acks(options: Mapping[str, str]) -> bool:
     return bool_option(options, "include_acks", False)
 
 
+def _skip_corrupt(options: Mapping[str, str]) -> bool:
+    """``skip_corrupt``: frames that do not decode, and damaged pieces of a
+    journal, are skipped (with a warning in the task's log) instead of
+    failing the read, as ``exactly read --skip-corrupt`` does."""
+    return bool_option(options, "skip_corrupt", False)
+
+
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """``batch`` with exactly the columns and types Spark expects. Columns go
     by position: the metadata columns, then the content columns, whose names

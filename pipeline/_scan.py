@@ -39,17 +39,20 @@ def read_journal(
     bucket: int = 0,
     buckets: int = 1,
     include_acks: bool = True,
+    skip_corrupt: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Record batches (envelope columns, then ``content``'s) of the rows of
     ``journal`` up to ``end_offset`` (default: its current end) that belong
     to ``bucket`` of ``buckets``: committed ones (with their ACKs if
-    ``include_acks``), or every frame with ``read_uncommitted``."""
+    ``include_acks``), or every frame with ``read_uncommitted``; corrupt
+    frames skipped with ``skip_corrupt``."""
     if isolation not in (READ_COMMITTED, READ_UNCOMMITTED):
         raise ValueError(f"isolation must be {READ_COMMITTED} or {READ_UNCOMMITTED}")
     cls = ReadCommittedArrow if isolation == READ_COMMITTED else ReadUncommittedArrow
     with cls(
         client, journal, content=content, end_offset=end_offset, bucket=bucket,
         buckets=buckets, include_acks=include_acks, batch_bytes=WINDOW_BYTES,
+        skip_corrupt=skip_corrupt,
     ) as reader:
         yield from reader
 

@@ -44,6 +44,9 @@ Options (all strings, as Spark passes them):
                        messages (control records, as Kafka's transaction markers);
                        ``true``: rows are exactly what a Sequencer emits. Read
                        uncommitted returns every frame, ACKs included
+``skip_corrupt``       ``true``: frames that do not decode, and damaged pieces of a
+                       journal, are skipped (a warning in the task's log) instead
+                       of failing the read; ``false`` (default)
 =====================  ==========================================================
 
 A content field named like a metadata column (``uuid``, ``begin``, ...) is

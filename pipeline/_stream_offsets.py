@@ -89,12 +89,12 @@ def committed_position(location: str | os.PathLike[str]) -> Checkpoint | None:
 
 def _reader(
     client: JournalClient, journal: str, content: ArrowContent, start: int, end: int,
-    states: list[ProducerState], include_acks: bool = True,
+    states: list[ProducerState], include_acks: bool = True, skip_corrupt: bool = False,
 ) -> ReadCommittedArrow:
     """A committed reader of ``[start, end)`` resuming from ``states``."""
     return ReadCommittedArrow(
         client, journal, content=content, checkpoint=Checkpoint({journal: start}, states),
-        end_offset=end, include_acks=include_acks,
+        end_offset=end, include_acks=include_acks, skip_corrupt=skip_corrupt,
     )
 
 
@@ -106,11 +106,14 @@ def sequence_range(
     end: int,
     states: list[ProducerState],
     prune_horizon: float | datetime.timedelta = 0,
+    skip_corrupt: bool = False,
 ) -> list[ProducerState]:
     """Sequence ``[start, end)`` of ``journal`` from ``states``; return the
-    producer states at ``end`` (only UUIDs are decoded)."""
+    producer states at ``end`` (only UUIDs are decoded; corrupt frames
+    skipped with ``skip_corrupt``, as the read of the range skips them)."""
     uuids_only = ArrowContent((), content.uuid_path, content.proto_class, content.uuid_field)
-    with _reader(client, journal, uuids_only, start, end, states) as reader:
+    with _reader(client, journal, uuids_only, start, end, states,
+                 skip_corrupt=skip_corrupt) as reader:
         for _ in reader:
             pass
         return reader.checkpoint(prune_horizon).states
@@ -147,8 +150,10 @@ def read_range(
     end: int,
     states: list[ProducerState],
     include_acks: bool = True,
+    skip_corrupt: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Record batches of the messages committed by ``[start, end)``, resuming
     from ``states`` (ACKs included unless ``include_acks`` is False)."""
-    with _reader(client, journal, content, start, end, states, include_acks) as reader:
+    with _reader(client, journal, content, start, end, states, include_acks,
+                 skip_corrupt) as reader:
         yield from reader

@@ -24,7 +24,14 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from ._batch import _batches, _create_target_journal, _Published, _target
-from ._options import _conform, _include_acks, _max_bytes_per_trigger, _starting_time, content_spec
+from ._options import (
+    _conform,
+    _include_acks,
+    _max_bytes_per_trigger,
+    _skip_corrupt,
+    _starting_time,
+    content_spec,
+)
 from ._recover import recover
 from ._scan import READ_COMMITTED
 from ._sink import commit_stream_batch, query_of, sink_id_of, sink_job
@@ -74,6 +81,7 @@ class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         self.prune_horizon = float(options.get("prune_horizon", "86400"))
         self.acks = _include_acks(options)
+        self.skip_corrupt = _skip_corrupt(options)
         if options.get("isolation", READ_COMMITTED).lower() != READ_COMMITTED:
             raise ValueError("streaming reads are read_committed")
         self.max_bytes = _max_bytes_per_trigger(options)
@@ -156,7 +164,7 @@ class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 end = frame_boundary(store, name, begin, end, max(1, budget // len(ranges)))
             states = sequence_range(
                 store, name, self.content, begin, end, states_of(start, name),
-                prune_horizon=self.prune_horizon,
+                prune_horizon=self.prune_horizon, skip_corrupt=self.skip_corrupt,
             )
             out["offsets"][name] = end
             out["states"][name] = encode_states(states)
@@ -180,7 +188,7 @@ class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         with self.where.open() as store:
             for batch in read_range(
                 store, partition.journal, self.content, partition.start, partition.end, states,
-                include_acks=self.acks,
+                include_acks=self.acks, skip_corrupt=self.skip_corrupt,
             ):
                 yield _conform(batch, self.arrow_schema)
 

@@ -224,6 +224,7 @@ def test_csv_and_skip_corrupt(tmp_path: Any) -> None:
         with pytest.raises(FramingError) as err:
             list(reader)
         assert err.value.journal == "docs"  # type: ignore[attr-defined]
+        assert "of journal docs" in str(err.value)  # (what Spark shows is the message)
         skipped: list[Exception] = []
         reader = ReadCommittedArrow(store, "docs", schema=[("n", pa.int64())],
                                     skip_corrupt=True, on_skip=skipped.append)

@@ -95,6 +95,33 @@ def test_read_committed_equals_read_committed_iter(spark: Any, tmp_path: Path) -
         assert uncommitted.count() == total > len(want)
 
 
+def test_a_corrupt_frame_fails_the_read_naming_its_journal_or_is_skipped(
+        spark: Any, tmp_path: Path) -> None:
+    """A frame that does not decode fails a batch read with its journal and
+    offset in the message; skip_corrupt skips it, in a batch read and in a
+    stream, and every other row is read."""
+    with LocalJournalStore(tmp_path) as store:
+        store.create("bad", NDJSON)
+        pub = Publisher(store)
+        for n in range(6):
+            pub.publish_committed(lambda d: ("bad", "application/x-ndjson"), JsonDocument(n=n))
+            if n == 2:
+                store.append("bad", b"{not json\n").result()
+        store.flush()
+    with pytest.raises(Exception, match="of journal bad"):
+        reader(spark, tmp_path, journal="bad", schema="n long").collect()
+    rows = reader(spark, tmp_path, journal="bad", schema="n long", skip_corrupt="true")
+    assert sorted(r.n for r in rows.collect()) == list(range(6))
+    out = tmp_path / "streamed"
+    q = (spark.readStream.format("journal").option("root", str(tmp_path))
+         .option("journal", "bad").option("schema", "n long").option("skip_corrupt", "true")
+         .load().select("n").writeStream.format("memory").queryName("skipped_stream")
+         .option("checkpointLocation", str(out)).trigger(availableNow=True).start())
+    q.awaitTermination()
+    got = spark.sql("SELECT n FROM skipped_stream").collect()
+    assert sorted(r.n for r in got) == list(range(6))
+
+
 def _ack_uuids(root: Path, journal: str) -> list[str]:
     with LocalJournalStore(root) as store:
         return [str(e.message.get_uuid())
