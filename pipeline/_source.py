@@ -64,10 +64,27 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from message.arrow import ENVELOPE_FIELDS
+
 from ._batch import SparkBatchReader, SparkBatchWriter
 from ._content import META_DDL
 from ._options import _max_bytes_per_trigger, _starting_time, content_columns, content_ddl
 from ._streaming import SparkStreamReader, SparkStreamWriter
+
+
+def _check_schema(schema: StructType) -> None:
+    """A schema given with ``spark.read.schema(...)`` must begin with the
+    envelope columns every row has (as ``schema()`` says them); content
+    columns alone are ``.option("schema", ...)``'s."""
+    envelope = [name for name, _ in ENVELOPE_FIELDS]
+    given = [f.name for f in schema.fields][: len(envelope)]
+    if given != envelope:
+        raise ValueError(
+            "the journal source's rows begin with the columns " + ", ".join(envelope)
+            + f" (then the content's), not {', '.join(f.name for f in schema.fields) or 'none'}:"
+            " name the content columns with .option(\"schema\", \"n long, ...\"),"
+            " not with .schema()"
+        )
 
 
 class JournalDataSource(DataSource):
@@ -98,6 +115,7 @@ class JournalDataSource(DataSource):
         return f"{META_DDL}, {ddl}" if ddl else META_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        _check_schema(schema)
         return SparkBatchReader(dict(self.options), schema, self.parallelism)
 
     def writer(self, schema: StructType, overwrite: bool) -> SparkBatchWriter:
@@ -110,6 +128,7 @@ class JournalDataSource(DataSource):
         return SparkBatchWriter(dict(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802 -- Spark's name
+        _check_schema(schema)
         return SparkStreamReader(dict(self.options), schema)
 
     def streamWriter(  # noqa: N802 -- Spark's name

@@ -82,8 +82,12 @@ class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.prune_horizon = float(options.get("prune_horizon", "86400"))
         self.acks = _include_acks(options)
         self.skip_corrupt = _skip_corrupt(options)
+        # Said at the query's first offset rather than here: an error raised
+        # while Spark makes the reader reaches the user as one of PySpark's own.
+        self.refused: str | None = None
         if options.get("isolation", READ_COMMITTED).lower() != READ_COMMITTED:
-            raise ValueError("streaming reads are read_committed")
+            self.refused = ("streaming reads are read_committed: the option isolation="
+                            f"{options['isolation']} is for batch reads (spark.read)")
         self.max_bytes = _max_bytes_per_trigger(options)
         self.starting_time = _starting_time(options)
         # Trigger.AvailableNow: the write heads when the query started.
@@ -128,6 +132,8 @@ class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxBytes(self.max_bytes)
 
     def initialOffset(self) -> Offset:  # noqa: N802 -- Spark's name
+        if self.refused is not None:
+            raise ValueError(self.refused)
         offset = empty_offset()
         if self.starting_time is not None:
             # Fragment times: the embedded store's files, Gazette's begin_mod_time.
@@ -143,6 +149,8 @@ class SparkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(  # noqa: N802 -- Spark's name
         self, start: Offset | None = None, limit: Any = None
     ) -> Offset:
+        if self.refused is not None:
+            raise ValueError(self.refused)
         start = start or self.initialOffset()
         out: Offset = {"offsets": dict(start["offsets"]), "states": dict(start["states"])}
         # ReadMaxBytes: the budget is shared equally by the journals with new

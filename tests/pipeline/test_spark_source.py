@@ -110,6 +110,10 @@ def test_a_corrupt_frame_fails_the_read_naming_its_journal_or_is_skipped(
         store.flush()
     with pytest.raises(Exception, match="of journal bad"):
         reader(spark, tmp_path, journal="bad", schema="n long").collect()
+    # The content columns go in .option("schema"): .schema() says so.
+    with pytest.raises(Exception, match=r"not with \.schema\(\)"):
+        spark.read.format("journal").schema("n long").option("root", str(tmp_path)) \
+            .option("journal", "bad").load().collect()
     rows = reader(spark, tmp_path, journal="bad", schema="n long", skip_corrupt="true")
     assert sorted(r.n for r in rows.collect()) == list(range(6))
     out = tmp_path / "streamed"
@@ -120,6 +124,16 @@ def test_a_corrupt_frame_fails_the_read_naming_its_journal_or_is_skipped(
     q.awaitTermination()
     got = spark.sql("SELECT n FROM skipped_stream").collect()
     assert sorted(r.n for r in got) == list(range(6))
+    # A stream is read committed: asked otherwise, it fails saying so (not
+    # with one of PySpark's own errors about its runner).
+    q = (spark.readStream.format("journal").option("root", str(tmp_path))
+         .option("journal", "bad").option("isolation", "read_uncommitted").load()
+         .writeStream.format("memory").queryName("uncommitted_stream")
+         .option("checkpointLocation", str(tmp_path / "ck2")).trigger(availableNow=True)
+         .start())
+    with pytest.raises(Exception, match="streaming reads are read_committed") as err:
+        q.awaitTermination()
+    assert "UnboundLocalError" not in str(err.value)
 
 
 def _ack_uuids(root: Path, journal: str) -> list[str]:
