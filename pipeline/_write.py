@@ -271,6 +271,42 @@ def _last_record(client: JournalStore, name: str) -> dict[str, Any] | None:
     return None
 
 
+def _records_after_last(
+    client: JournalStore, name: str, marks: Callable[[dict[str, Any]], bool]
+) -> list[dict[str, Any]]:
+    """The records of state journal ``name`` after the last one that
+    ``marks`` (all of them if none does), reading only as much of its tail
+    as that takes: a journal kept across a stream's micro-batches grows
+    with each, and its settled records are never read again.
+    ``JournalNotFoundError`` if it does not exist."""
+    head = client.head(name)
+    window = 1 << 16
+    while True:
+        start = max(0, head - window)
+        with client.read(name, start, head) as r:
+            data = read_all(r)
+        lines = data.split(b"\n")
+        if start > 0:
+            lines = lines[1:]  # (the first may be the end of a line before the window)
+        docs = []
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                doc = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                log.warning("ignoring an unreadable record of %s: %r", name, line[:80])
+                continue
+            if isinstance(doc, dict):
+                docs.append(doc)
+        last = max((i for i, doc in enumerate(docs) if marks(doc)), default=None)
+        if last is not None:
+            return docs[last + 1:]
+        if start == 0:
+            return docs
+        window *= 4
+
+
 def _append_record(client: JournalClient, name: str, doc: dict[str, Any]) -> None:
     """Append ``doc`` to state journal ``name`` and wait until it is durable."""
     client.append(name, orjson.dumps(doc) + b"\n").result()
@@ -498,7 +534,7 @@ def _rollback(client: JournalClient, producer: bytes, journal: str, msg: Message
 
 
 def _unreported_rollbacks(
-    client: JournalClient, job: str | None, reported: Iterable[PublishedBatch | None]
+    client: JournalStore, job: str | None, reported: Iterable[PublishedBatch | None]
 ) -> list[AckIntent]:
     """The roll-backs recorded by the job's attempts not in ``reported``
     (since the job's attempts journal last ended a batch)."""
@@ -507,13 +543,13 @@ def _unreported_rollbacks(
     keep = {m.producer for m in reported if m is not None}
     latest: dict[str, Any] = {}
     try:
-        records = _records(client, attempts_journal(job))
+        # (A streaming sink's earlier micro-batches are settled: what follows
+        # the last one ended is all that is read.)
+        records = _records_after_last(client, attempts_journal(job), lambda d: _ENDED in d)
     except JournalNotFoundError:
         records = []
     for doc in records:
-        if _ENDED in doc:
-            latest.clear()  # a streaming sink's earlier micro-batch: settled
-        elif "producer" in doc:
+        if "producer" in doc:
             latest[str(doc["producer"])] = doc.get("rollbacks") or []
     out: list[AckIntent] = []
     for producer, pairs in latest.items():

@@ -584,6 +584,67 @@ def test_a_streaming_sink_rolls_back_attempts_that_did_not_report(tmp_path: Path
         assert committed_ns(store, "out") == [0, 1, 2]
 
 
+def test_a_long_streams_commit_reads_only_its_attempts_since_the_last_batch(
+        tmp_path: Path) -> None:
+    """A streaming sink keeps its attempts journal across micro-batches: a
+    commit reads what follows the last micro-batch it ended, not the whole
+    journal, which grows with every batch (each commit would else read more)."""
+    root = str(tmp_path)
+    target = Target(root, journal="out")
+    job = sink_job("s1")
+
+    class Counting:
+        """The store, counting the bytes read through it."""
+
+        def __init__(self, store: Any) -> None:
+            self.store, self.bytes = store, 0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.store, name)
+
+        def read(self, *args: Any, **kwargs: Any) -> Any:
+            reader = self.store.read(*args, **kwargs)
+            counting = self
+
+            class Reader:
+                def __enter__(self) -> Any:
+                    return self
+
+                def __exit__(self, *exc: object) -> None:
+                    reader.close()
+
+                def __getattr__(self, name: str) -> Any:
+                    return getattr(reader, name)
+
+                def read(self, *a: Any) -> bytes:
+                    data = reader.read(*a)
+                    counting.bytes += len(data)
+                    return bytes(data)
+
+                def readinto(self, buf: Any) -> int:
+                    n = int(reader.readinto(buf))
+                    counting.bytes += n
+                    return n
+
+            return Reader()
+
+    with LocalJournalStore(root) as store:
+        store.create("out", NDJSON)
+        start_job(store, job)
+        for batch_id in range(8000):  # settled micro-batches, MiBs of records
+            store.append(attempts_journal(job), orjson.dumps(
+                {"producer": f"p{batch_id}", "rollbacks": [["out", "eA=="] * 10]}) + b"\n")
+            store.append(attempts_journal(job), b'{"end": true}\n')
+        store.flush()
+        grown = store.head(attempts_journal(job))
+        assert grown > 1 << 20
+        counted = Counting(store)
+        kept = publish_rows(target, batches(3), store, job=job)
+        assert commit_stream_batch(counted, "s1", 0, [kept])  # type: ignore[arg-type]
+        assert committed_ns(store, "out") == [0, 1, 2]
+        assert counted.bytes < grown // 8, (counted.bytes, grown)
+
+
 def test_durable_intents_of_a_crashed_driver_are_recovered(tmp_path: Path) -> None:
     """An intent log left in the store is written by the next recover()."""
     root = str(tmp_path)
