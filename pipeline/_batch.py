@@ -199,6 +199,9 @@ def _create_target_journal(options: Mapping[str, str]) -> None:
                     f"content_type {options.get('content_type')!r}: no framing writes it;"
                     f" use ndjson, csv or proto"
                 ) from None
+            if ct == CONTENT_TYPE_PROTO_FIXED and not options.get("proto_class"):
+                raise ValueError("a protobuf journal is written with the option proto_class"
+                                 " (package.module.Class): none is given") from None
             if isinstance(store, GazetteClient) and replication is not None:
                 store.create(journal, {"content-type": ct}, replication=replication)
             else:
@@ -229,7 +232,7 @@ class SparkBatchWriter(DataSourceArrowWriter):
         self.job = uuid.uuid4().hex  # where attempts record their roll-backs
         with self.target.options.open() as store:
             recover(store)
-            self.target.content_type(store)  # fail on the driver, before any task runs
+            self.target.check(store)  # fail on the driver, before any task runs
             start_job(store, self.job)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Published:

@@ -215,6 +215,7 @@ class SparkStreamWriter(DataSourceStreamArrowWriter):
         self.job = sink_job(self.sink_id)
         with self.target.options.open() as store:
             recover(store)
+            self.target.check(store)  # fail on the driver, before any task runs
             start_job(store, self.job)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Published:

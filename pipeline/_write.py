@@ -155,6 +155,26 @@ class Target:
         framing_by_content_type(ct or "")  # a clear error for an unknown one
         return ct or ""
 
+    def check(self, client: JournalClient) -> None:
+        """What a write's tasks would fail on, said once, on the driver,
+        before any task runs: the journals' content type, the key column
+        and the hash, a protobuf class, a column where the UUID goes."""
+        ct = self.content_type(client)
+        names = [name for name, _ in self.content.fields]
+        self.mapping_func(client, names)
+        if ct != CONTENT_TYPE_JSON_LINES:
+            self.content.message_type(ct)  # (a protobuf class: given, importable)
+            return
+        first = self.content.uuid_path[0]
+        typ = dict(self.content.fields).get(first)
+        if typ is not None and not (pa.types.is_struct(typ) or pa.types.is_map(typ)):
+            path = "/".join(self.content.uuid_path)
+            raise ValueError(
+                f"each row's UUID is written at {path} (the option uuid_path), but the column"
+                f" {first!r} is {typ}, not a struct: rename the column, or choose another"
+                " uuid_path"
+            )
+
     def mapping_func(self, client: JournalClient, names: list[str]) -> MappingFunc:
         specs = self.partitions(client)
         if self.journal is not None:

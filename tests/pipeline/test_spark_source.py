@@ -594,6 +594,29 @@ def test_bad_options_are_clear_errors(spark: Any, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="no journal store at"):
         reader(spark, tmp_path / "absent", journal="j").collect()
     assert reader(spark, tmp_path, selector="app=none").count() == 0
+    # Write mistakes fail on the driver, before any task runs or a journal is made.
+    with LocalJournalStore(tmp_path) as store:
+        store.create("t/0", {**NDJSON, "app": "t"})
+    df = spark.createDataFrame([(1, "k")], "n long, k string")
+
+    def write(frame: Any, **options: str) -> None:
+        w = frame.write.format("journal").option("root", str(tmp_path)).mode("append")
+        for k, v in options.items():
+            w = w.option(k, v)
+        w.save()
+
+    for frame, options, says in (
+        (df, {"selector": "app=t", "key": "zz"}, "key column 'zz' is not among"),
+        (df, {"selector": "app=t", "key": "k", "hash": "bogus"}, "unknown hash 'bogus'"),
+        (df, {"journal": "p1", "content_type": "proto"}, "option proto_class"),
+        (df.selectExpr("n", "'x' AS _meta"), {"journal": "j"},
+         "the column '_meta' is string, not a struct"),
+    ):
+        with pytest.raises(Exception, match=says):
+            write(frame, **options)
+    with LocalJournalStore(tmp_path) as store:
+        assert [s.name for s in store.list()] == ["j", "t/0"]
+        assert store.head("j") == 0 and store.head("t/0") == 0
 
 
 def test_a_cluster_that_never_answers_fails_within_the_connect_timeout_option(
