@@ -669,7 +669,10 @@ def test_counts_are_plain_english(tmp_path: Path) -> None:
     assert "appended 1 message to a/j" in r.stderr
     r = run(root, "append", "a/j", input='{"n": 1}\n{"n": 2}\n')
     assert "appended 2 messages to a/j" in r.stderr
-    out = ok(tmp_path / "demo", "demo", "--quick", "--store", str(tmp_path / "demo"))
+    demo = subprocess.run([sys.executable, "-m", "exactly", "demo", "--quick", "--store",
+                           str(tmp_path / "demo")], capture_output=True, text=True, timeout=60)
+    assert demo.returncode == 0, demo.stderr
+    out = demo.stdout
     assert "(True)" not in out and "(False)" not in out
     assert "still pending:    carol's transaction: never acknowledged" in out
 
