@@ -258,7 +258,7 @@ def cmd_append(args: argparse.Namespace) -> int:
     from collections import deque
     from concurrent.futures import Future
 
-    from journal import AppendTooLargeError
+    from journal import AppendTooLargeError, JournalError
     from message import IntentLog, Publisher, Transaction
 
     src: IO[bytes] = open(args.file, "rb") if args.file else sys.stdin.buffer  # noqa: SIM115
@@ -302,6 +302,7 @@ def cmd_append(args: argparse.Namespace) -> int:
                         log.remove()  # committed: its producer is not used again
                 else:
                     publish_all(pub.publish_committed)
+                store.flush()
             except KeyboardInterrupt:
                 store.flush()
                 progress.done()
@@ -319,7 +320,14 @@ def cmd_append(args: argparse.Namespace) -> int:
                         if count else "nothing was published")
                 raise UsageError(f"{exc}; {done} (--transaction publishes all the lines or"
                                  " none)") from None
-            store.flush()
+            except JournalError as exc:
+                # The store failed (a full disk, say): say what became of the input.
+                if args.transaction:
+                    raise UsageError(f"{exc}; the transaction is not committed: nothing of this"
+                                     " input was published") from None
+                raise UsageError(f"{exc}; at most {counted(count, 'message')} of this input"
+                                 " were published before it (read the journal to see which)"
+                                 ) from None
             head = store.head(spec.name)
         progress.done()
         print(f"appended {counted(count, 'message')} to {spec.name} (now {head:,} bytes)",

@@ -375,6 +375,36 @@ def test_ctrl_c_during_append(tmp_path: Path, transaction: bool, signum: int) ->
         assert [json.loads(x)["message"]["i"] for x in committed] == [0, 1]
 
 
+@pytest.mark.parametrize("transaction", [False, True])
+def test_a_store_failing_under_append_says_what_became_of_the_input(
+        tmp_path: Path, transaction: bool) -> None:
+    """The journal deleted while append runs (as a full disk would fail it):
+    one line with the store's error and what became of the input."""
+    from journal import LocalJournalStore
+
+    root = tmp_path / "store"
+    ok(root, "journals", "create", "f/j")
+    extra = ["--transaction"] if transaction else []
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "exactly", "--root", str(root), "append", "f/j", *extra],
+        stdin=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdin is not None
+    proc.stdin.write('{"i": 0}\n')
+    proc.stdin.flush()
+    deadline = time.monotonic() + 30
+    while not ok(root, "read", "f/j", "--uncommitted") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    with LocalJournalStore(root) as store:
+        store.delete("f/j")
+    _, err = proc.communicate('{"i": 1}\n' * 3, timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    if transaction:
+        assert "the transaction is not committed: nothing of this input was published" in err
+    else:
+        assert "of this input were published before it" in err
+
+
 def test_read_limit_and_root_mistakes(tmp_path: Path) -> None:
     """--limit N shows N messages (0: none); a negative limit and a store path
     that is a file are one-line errors."""
