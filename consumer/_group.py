@@ -190,7 +190,12 @@ def read_spec_file(path: str | Path, text: str | None = None) -> tuple[list[Shar
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise SpecFileError(f"{name}: not YAML or JSON: {exc}") from exc
+        # The parser's own text spans lines (with a copy of the line and a
+        # caret): what is wrong, and where, is enough.
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecFileError(f"{name}: not YAML or JSON: {problem}{where}") from exc
     if isinstance(doc, list):
         doc = {"shards": doc}
     if not isinstance(doc, dict) or not isinstance(doc.get("shards"), list):

@@ -234,12 +234,15 @@ class PostgresStore(SQLStore):
     autocommit: its first statement opens the transaction);
     ``start_commit`` writes the checkpoint in it and commits. Rows keep
     their own locks, so a stopped instance holds back a new one only on the
-    rows its open transaction wrote.
+    rows its open transaction wrote. ``connect_timeout``: seconds to wait
+    for the server to answer at first (None: libpq's default, or what the
+    DSN says).
     """
 
     _MARK = "%s"
 
-    def __init__(self, dsn: str, *, table: str = DEFAULT_TABLE) -> None:
+    def __init__(self, dsn: str, *, table: str = DEFAULT_TABLE,
+                 connect_timeout: float | None = None) -> None:
         super().__init__(table)
         try:
             import psycopg
@@ -250,7 +253,11 @@ class PostgresStore(SQLStore):
         self._driver_errors = (psycopg.Error,)
         self.dsn = dsn
         try:
-            self.connection: Any = psycopg.connect(dsn)
+            if connect_timeout is None:
+                self.connection: Any = psycopg.connect(dsn)
+            else:  # (libpq counts whole seconds)
+                self.connection = psycopg.connect(
+                    dsn, connect_timeout=max(1, round(connect_timeout)))
             self._create_table()
         except psycopg.Error as exc:
             raise StoreError(f"cannot open the PostgreSQL store: {exc}",

@@ -58,7 +58,7 @@ def checkpoints_of(spec: str) -> dict[str, Any]:
 
     scheme, sep, rest = spec.partition(":")
     if spec.startswith(("postgres://", "postgresql://")):
-        store = PostgresStore(spec)
+        store = PostgresStore(spec, connect_timeout=5.0)  # a user waits: as for brokers
         try:
             return store.read_checkpoints()
         finally:

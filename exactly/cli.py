@@ -313,5 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             where = f" (journal {journal}, offset {offset})"
         for progress in list(SHOWN):
             progress.done()
-        print(f"exactly: error: {exc}{where}", file=sys.stderr)
+        # One line, whatever the error's text (a driver's or a parser's may span several).
+        text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        print(f"exactly: error: {text}{where}", file=sys.stderr)
         return 1

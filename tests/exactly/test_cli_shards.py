@@ -102,6 +102,25 @@ def test_reading_a_sqlite_file_changes_nothing_in_it(tmp_path: Path) -> None:
     assert db.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
 
 
+def test_a_postgres_server_that_never_answers_is_one_line_within_seconds(
+        tmp_path: Path) -> None:
+    """A PostgreSQL address where something listens but never answers:
+    one line within the command's connect timeout (5 s), not libpq's wait."""
+    import socket
+    import time
+
+    pytest.importorskip("psycopg")
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(5)
+        port = silent.getsockname()[1]
+        started = time.monotonic()
+        r = run("shards", "show", "--store", f"postgresql://u@127.0.0.1:{port}/db", cwd=tmp_path)
+        took = time.monotonic() - started
+    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert "cannot open the PostgreSQL store" in r.stderr and took < 15
+
+
 def _lag(served: Path, *args: str) -> dict[str, dict[str, object]]:
     r = run("--root", "journals", "lag", *args, "--json", cwd=served)
     assert r.returncode == 0, r.stderr
