@@ -221,7 +221,7 @@ def load_checkpoint(path: str) -> Any:
     from message import Checkpoint
 
     data = Path(path).read_bytes()
-    if data.lstrip()[:1] == b"{":
+    if data.lstrip()[:1] in (b"{", b"[", b'"'):  # JSON (of the wrong shape, for the last two)
         return Checkpoint.from_json(data)
     return Checkpoint.from_bytes(data)
 
