@@ -256,9 +256,14 @@ def _records(client: JournalClient, name: str, offset: int = 0) -> list[dict[str
     """The NDJSON records of state journal ``name`` from ``offset`` on
     (``JournalNotFoundError`` if it does not exist)."""
     with client.read(name, offset) as r:
-        data = read_all(r)
+        return _parsed(name, read_all(r))
+
+
+def _parsed(name: str, data: bytes) -> list[dict[str, Any]]:
     out = []
     for line in data.splitlines():
+        if not line.strip():
+            continue
         try:
             doc = orjson.loads(line)
         except orjson.JSONDecodeError:
@@ -269,26 +274,34 @@ def _records(client: JournalClient, name: str, offset: int = 0) -> list[dict[str
     return out
 
 
-def _last_record(client: JournalStore, name: str) -> dict[str, Any] | None:
-    """The last record of state journal ``name``, reading only its tail."""
-    try:
-        head = client.head(name)
-    except JournalNotFoundError:
-        return None
+def _tail_records(
+    client: JournalStore, name: str, enough: Callable[[list[dict[str, Any]]], bool]
+) -> list[dict[str, Any]]:
+    """The whole records at the end of state journal ``name``: read from its
+    head back, in growing windows, until ``enough`` of them, or all
+    (``JournalNotFoundError`` if it does not exist). A journal kept across a
+    stream's micro-batches grows with each: its tail is what is read."""
+    head = client.head(name)
     window = 1 << 16
-    while head:
+    while True:
         start = max(0, head - window)
         with client.read(name, start, head) as r:
             data = read_all(r)
-        lines = data.rstrip(b"\n").split(b"\n")
-        if start == 0 or len(lines) > 1:  # the last line is whole
-            try:
-                doc = orjson.loads(lines[-1])
-            except orjson.JSONDecodeError:
-                return None
-            return doc if isinstance(doc, dict) else None
+        if start > 0:
+            data = data[data.find(b"\n") + 1:]  # (a line that began before the window)
+        docs = _parsed(name, data)
+        if start == 0 or enough(docs):
+            return docs
         window *= 4
-    return None
+
+
+def _last_record(client: JournalStore, name: str) -> dict[str, Any] | None:
+    """The last record of state journal ``name``, reading only its tail."""
+    try:
+        docs = _tail_records(client, name, bool)
+    except JournalNotFoundError:
+        return None
+    return docs[-1] if docs else None
 
 
 def _records_after_last(
@@ -296,35 +309,10 @@ def _records_after_last(
 ) -> list[dict[str, Any]]:
     """The records of state journal ``name`` after the last one that
     ``marks`` (all of them if none does), reading only as much of its tail
-    as that takes: a journal kept across a stream's micro-batches grows
-    with each, and its settled records are never read again.
-    ``JournalNotFoundError`` if it does not exist."""
-    head = client.head(name)
-    window = 1 << 16
-    while True:
-        start = max(0, head - window)
-        with client.read(name, start, head) as r:
-            data = read_all(r)
-        lines = data.split(b"\n")
-        if start > 0:
-            lines = lines[1:]  # (the first may be the end of a line before the window)
-        docs = []
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                doc = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                log.warning("ignoring an unreadable record of %s: %r", name, line[:80])
-                continue
-            if isinstance(doc, dict):
-                docs.append(doc)
-        last = max((i for i, doc in enumerate(docs) if marks(doc)), default=None)
-        if last is not None:
-            return docs[last + 1:]
-        if start == 0:
-            return docs
-        window *= 4
+    as that takes (``JournalNotFoundError`` if it does not exist)."""
+    docs = _tail_records(client, name, lambda found: any(marks(d) for d in found))
+    last = max((i for i, doc in enumerate(docs) if marks(doc)), default=None)
+    return docs if last is None else docs[last + 1:]
 
 
 def _append_record(client: JournalClient, name: str, doc: dict[str, Any]) -> None:

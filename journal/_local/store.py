@@ -25,6 +25,7 @@ import re
 import threading
 import time
 import weakref
+from collections.abc import Iterator
 from concurrent.futures import Future
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final, final
@@ -266,25 +267,14 @@ class LocalJournalStore(Closing):
         """Specs of the journals matching ``selector``, sorted by name."""
         sel = parse_label_selector(selector)
         out: builtins.list[JournalSpec] = []
-        stack = [(self.root, "")]
-        while stack:
-            path, prefix = stack.pop()
-            try:
-                entries = builtins.list(os.scandir(path))
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            for entry in entries:
-                if entry.name.startswith("@") or not entry.is_dir(follow_symlinks=False):
-                    continue
-                name = prefix + entry.name
-                stack.append((entry.path, name + "/"))
-                if os.path.exists(os.path.join(entry.path, SPEC_FILE)):
-                    try:
-                        spec = read_spec(JournalDir(name, entry.path))
-                    except JournalNotFoundError:
-                        continue  # Deleted while we looked.
-                    if sel.matches(spec):
-                        out.append(spec)
+        for name, path in self._directories():
+            if os.path.exists(os.path.join(path, SPEC_FILE)):
+                try:
+                    spec = read_spec(JournalDir(name, path))
+                except JournalNotFoundError:
+                    continue  # Deleted while we looked.
+                if sel.matches(spec):
+                    out.append(spec)
         out.sort(key=lambda s: s.name)
         return out
 
@@ -292,29 +282,24 @@ class LocalJournalStore(Closing):
         """Names of every journal of the store, those whose spec cannot be
         read included (which ``list`` refuses, as ``get`` does): what
         ``exactly fsck`` checks and ``exactly journals list`` shows. Sorted."""
-        out: builtins.list[str] = []
-        stack = [(self.root, "")]
-        while stack:
-            path, prefix = stack.pop()
-            try:
-                entries = builtins.list(os.scandir(path))
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            for entry in entries:
-                if entry.name.startswith("@") or not entry.is_dir(follow_symlinks=False):
-                    continue
-                name = prefix + entry.name
-                stack.append((entry.path, name + "/"))
-                if os.path.exists(os.path.join(entry.path, SPEC_FILE)):
-                    out.append(name)
-        return sorted(out)
+        return sorted(name for name, path in self._directories()
+                      if os.path.exists(os.path.join(path, SPEC_FILE)))
 
     def orphaned(self) -> builtins.list[str]:
         """Names of the directories that hold a journal's files (fragments, a
         commit record) but no spec: journals whose ``@spec.json`` was lost
         (a deletion under way is not one), invisible to ``list``. ``create``
         with their labels makes them again over their files. Sorted."""
-        out: builtins.list[str] = []
+        return sorted(
+            name for name, path in self._directories()
+            if not os.path.exists(os.path.join(path, SPEC_FILE))
+            and not os.path.exists(os.path.join(path, DELETING_FILE))
+            and _journal_data(path)
+        )
+
+    def _directories(self) -> Iterator[tuple[str, str]]:
+        """``(name, path)`` of every directory below the root that could be
+        a journal's (names never begin with ``@``), found as it walks."""
         stack = [(self.root, "")]
         while stack:
             path, prefix = stack.pop()
@@ -327,11 +312,7 @@ class LocalJournalStore(Closing):
                     continue
                 name = prefix + entry.name
                 stack.append((entry.path, name + "/"))
-                if (not os.path.exists(os.path.join(entry.path, SPEC_FILE))
-                        and not os.path.exists(os.path.join(entry.path, DELETING_FILE))
-                        and _journal_data(entry.path)):
-                    out.append(name)
-        return sorted(out)
+                yield name, entry.path
 
     def head(self, name: str) -> int:
         """The journal's committed end offset: where the next append begins."""

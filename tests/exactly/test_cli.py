@@ -464,16 +464,23 @@ def test_output_closed_early_is_not_an_error(tmp_path: Path) -> None:
     """`exactly journals list | head -1`: the closed pipe ends the command quietly."""
     root = tmp_path / "store"
     ok(root, "journals", "create", *[f"j/{i}" for i in range(2000)])
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "exactly", "--root", str(root), "journals", "list"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
+    assert _close_after_first_line(root, ["journals", "list"], b"j/") == 0
+
+
+def _close_after_first_line(root: Path, args: list[str], first: bytes) -> int:
+    """Run the command, read the first line of its output (it begins with
+    ``first``), close the pipe as `| head -1` does; its status, once it
+    ended with nothing on stderr."""
+    proc = subprocess.Popen([sys.executable, "-m", "exactly", "--root", str(root), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
-    assert proc.stdout.readline().startswith(b"j/")
+    assert proc.stdout.readline().startswith(first)
     proc.stdout.close()
     err = proc.stderr.read()
     proc.stderr.close()
-    assert proc.wait(timeout=60) == 0 and err == b""
+    status = proc.wait(timeout=120)
+    assert err == b"", err
+    return status
 
 
 def test_more_mistakes_are_one_line_never_a_traceback(tmp_path: Path) -> None:
@@ -539,16 +546,7 @@ def test_commands_that_change_things_finish_when_their_output_closes(tmp_path: P
     created (the closed pipe only silences the command), status 0."""
     root = tmp_path / "store"
     names = [f"k/{i}" for i in range(3000)]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "exactly", "--root", str(root), "journals", "create", *names],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )
-    assert proc.stdout is not None and proc.stderr is not None
-    assert proc.stdout.readline().startswith(b"created k/")
-    proc.stdout.close()
-    err = proc.stderr.read()
-    proc.stderr.close()
-    assert proc.wait(timeout=120) == 0 and err == b""
+    assert _close_after_first_line(root, ["journals", "create", *names], b"created k/") == 0
     listed = ok(root, "journals", "list").splitlines()
     assert len(listed) == len(names)
 
