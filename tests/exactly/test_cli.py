@@ -348,8 +348,14 @@ def test_ctrl_c_during_append(tmp_path: Path, transaction: bool, signum: int) ->
     root = tmp_path / "store"
     ok(root, "journals", "create", "i/j")
     extra = ["--transaction"] if transaction else []
+    # SIGTERM and SIGHUP as a terminal's session has them (the test may run
+    # under nohup, whose ignored SIGHUP the command leaves ignored, as it
+    # should): the command is started from a Python that restores them.
+    start = ("import runpy, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL);"
+             " signal.signal(signal.SIGTERM, signal.SIG_DFL); sys.argv[0] = 'exactly';"
+             " runpy.run_module('exactly', run_name='__main__')")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "exactly", "--root", str(root), "append", "i/j", *extra],
+        [sys.executable, "-c", start, "--root", str(root), "append", "i/j", *extra],
         # No preexec_fn: in a process that has used a GazetteClient, gRPC's
         # fork handlers abort such a child now and then (SIGABRT). The
         # command installs its own SIGINT handler, even where SIGINT was
