@@ -477,7 +477,8 @@ class Brokers:
             time.sleep(backoff(attempt))
             attempt += 1
 
-    def list_stream(self, request: pb.ListRequest, journal: str | None) -> list[pb.ListResponse]:
+    def list_stream(self, request: pb.ListRequest, journal: str | None,
+                    what: str = "list journals") -> list[pb.ListResponse]:
         """A List RPC's whole answer (retried)."""
 
         def attempt(stub: Stub, endpoint: str) -> list[pb.ListResponse]:
@@ -489,7 +490,7 @@ class Brokers:
                     self.learn(j.spec.name, j.route)
             return out
 
-        return self.call("list journals", journal, attempt)
+        return self.call(what, journal, attempt)
 
 
 #: Words of a failed RPC's details that mean a TLS handshake failed: the

@@ -473,7 +473,7 @@ class GazetteClient(Closing):
         ``offset=-1`` starts at the write head. A non-blocking read past the
         write head raises ``OffsetNotYetAvailableError``."""
         self._check_open()
-        self._ensure_known(name)
+        self._ensure_known(name, f"read {name!r}")
         if offset == -1:
             offset = self.head(name)
         # The head is known only once the read starts (prime() below): the
@@ -546,7 +546,7 @@ class GazetteClient(Closing):
             self._readers.discard(reader)
 
     def _appender(self, name: str) -> GazetteAppender:
-        self._ensure_known(name)
+        self._ensure_known(name, f"append to {name!r}")
         with self._lock:
             self._check_open()
             appender = self._appenders.get(name)
@@ -556,23 +556,26 @@ class GazetteClient(Closing):
                 )
             return appender
 
-    def _ensure_known(self, name: str) -> None:
+    def _ensure_known(self, name: str, what: str) -> None:
         """Raise ``JournalNotFoundError`` now, rather than from a future or a
-        read, for a journal that does not exist."""
+        read, for a journal that does not exist (an error of the lookup
+        says ``what`` it was for)."""
         if name in self._known:
             return
-        if self._lookup(name) is None:
+        if self._lookup(name, what) is None:
             raise JournalNotFoundError(name)
 
-    def _lookup(self, name: str) -> pb.ListResponse.Journal | None:
+    def _lookup(self, name: str, what: str | None = None) -> pb.ListResponse.Journal | None:
         """The cluster's listing of journal ``name``, or None
         (``InvalidJournalNameError`` for a name no journal can have, as the
-        embedded store says, rather than the broker's selector error)."""
+        embedded store says, rather than the broker's selector error). Its
+        errors name ``what`` it was for (else: looking the journal up)."""
         self._check_open()
         validate_journal_name(name)
         by_name = pb.LabelSet(labels=[pb.Label(name="name", value=name)])
         request = pb.ListRequest(selector=pb.LabelSelector(include=by_name))
-        for resp in self._brokers.list_stream(request, name):
+        doing = f"{what}: look the journal up" if what else f"look up journal {name!r}"
+        for resp in self._brokers.list_stream(request, name, doing):
             for j in resp.journals:
                 if j.spec.name == name:
                     with self._lock:

@@ -133,6 +133,12 @@ def test_refused_credentials_are_one_clear_error_at_once(
     assert time.monotonic() - started < 3.0, what
     assert c.address in str(info.value) and info.value.address == c.address
     assert says in str(info.value)
+    # An append or a read refused says that it was the append or the read.
+    with client(c, **override) as g:
+        with pytest.raises(BrokerAuthError, match=r"^append to 'any/journal'"):
+            g.append("any/journal", b"{}\n")
+        with pytest.raises(BrokerAuthError, match=r"^read 'any/journal'"):
+            g.read("any/journal")
 
 
 def test_plain_text_to_a_tls_broker_fails_within_connect_timeout(
