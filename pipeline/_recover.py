@@ -10,8 +10,8 @@ from journal import JournalStore
 from message import JournalIntentLog
 
 from ._sink import _SinkState
+from ._state import INTENTS, SINKS
 from ._stores import StoreOptions
-from ._write import INTENTS, SINKS
 
 log = logging.getLogger("pipeline")
 

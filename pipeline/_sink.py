@@ -14,16 +14,11 @@ from message import (
     write_intents,
 )
 
+from ._state import _STATE_LABELS, SINKS, _append_record, _b64, _last_record, _unb64
 from ._write import (
-    _STATE_LABELS,
-    SINKS,
     PublishedBatch,
     Target,
-    _append_record,
-    _b64,
     _intents,
-    _last_record,
-    _unb64,
     _unreported_rollbacks,
     begin_ending,
     end_job,

@@ -56,7 +56,6 @@ it (HDFS, S3) without Hadoop's clients.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import logging
 import uuid
@@ -65,11 +64,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 import numpy as np
-import orjson
 import pyarrow as pa
 
 from framing import CONTENT_TYPE_CSV, CONTENT_TYPE_JSON_LINES, framing_by_content_type
-from journal import JournalClient, JournalNotFoundError, JournalSpec, JournalStore, read_all
+from journal import JournalClient, JournalNotFoundError, JournalSpec, JournalStore
 from message import (
     IMPLEMENTATION,
     AckIntent,
@@ -89,14 +87,20 @@ from message.columns import uuid_strings
 
 from ._content import message_from_row
 from ._errors import JobEndedError
+from ._state import (
+    _STATE_LABELS,
+    ATTEMPTS,
+    INTENTS,
+    _append_record,
+    _b64,
+    _records,
+    _records_after_last,
+    _unb64,
+)
 from ._stores import STATE_PREFIX, StoreOptions
 
 log = logging.getLogger("pipeline")
 
-INTENTS: Final = STATE_PREFIX + "intents/"
-ATTEMPTS: Final = STATE_PREFIX + "attempts/"
-SINKS: Final = STATE_PREFIX + "sinks/"
-_STATE_LABELS: Final = {"content-type": CONTENT_TYPE_JSON_LINES, "exactly.state": "pipeline"}
 
 
 @dataclass(slots=True)
@@ -247,85 +251,6 @@ class _Mapped:
 
     def __call__(self, msg: Any) -> tuple[str, str]:
         return self.result if msg is self.msg else self.inner(msg)
-
-
-# -- state journals -------------------------------------------------------------------
-
-
-def _records(client: JournalClient, name: str, offset: int = 0) -> list[dict[str, Any]]:
-    """The NDJSON records of state journal ``name`` from ``offset`` on
-    (``JournalNotFoundError`` if it does not exist)."""
-    with client.read(name, offset) as r:
-        return _parsed(name, read_all(r))
-
-
-def _parsed(name: str, data: bytes) -> list[dict[str, Any]]:
-    out = []
-    for line in data.splitlines():
-        if not line.strip():
-            continue
-        try:
-            doc = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            log.warning("ignoring an unreadable record of %s: %r", name, line[:80])
-            continue
-        if isinstance(doc, dict):
-            out.append(doc)
-    return out
-
-
-def _tail_records(
-    client: JournalStore, name: str, enough: Callable[[list[dict[str, Any]]], bool]
-) -> list[dict[str, Any]]:
-    """The whole records at the end of state journal ``name``: read from its
-    head back, in growing windows, until ``enough`` of them, or all
-    (``JournalNotFoundError`` if it does not exist). A journal kept across a
-    stream's micro-batches grows with each: its tail is what is read."""
-    head = client.head(name)
-    window = 1 << 16
-    while True:
-        start = max(0, head - window)
-        with client.read(name, start, head) as r:
-            data = read_all(r)
-        if start > 0:
-            data = data[data.find(b"\n") + 1:]  # (a line that began before the window)
-        docs = _parsed(name, data)
-        if start == 0 or enough(docs):
-            return docs
-        window *= 4
-
-
-def _last_record(client: JournalStore, name: str) -> dict[str, Any] | None:
-    """The last record of state journal ``name``, reading only its tail."""
-    try:
-        docs = _tail_records(client, name, bool)
-    except JournalNotFoundError:
-        return None
-    return docs[-1] if docs else None
-
-
-def _records_after_last(
-    client: JournalStore, name: str, marks: Callable[[dict[str, Any]], bool]
-) -> list[dict[str, Any]]:
-    """The records of state journal ``name`` after the last one that
-    ``marks`` (all of them if none does), reading only as much of its tail
-    as that takes (``JournalNotFoundError`` if it does not exist)."""
-    docs = _tail_records(client, name, lambda found: any(marks(d) for d in found))
-    last = max((i for i, doc in enumerate(docs) if marks(doc)), default=None)
-    return docs if last is None else docs[last + 1:]
-
-
-def _append_record(client: JournalClient, name: str, doc: dict[str, Any]) -> None:
-    """Append ``doc`` to state journal ``name`` and wait until it is durable."""
-    client.append(name, orjson.dumps(doc) + b"\n").result()
-
-
-def _b64(pairs: Iterable[tuple[str, bytes]]) -> list[list[str]]:
-    return [[j, base64.b64encode(b).decode()] for j, b in pairs]
-
-
-def _unb64(pairs: Iterable[Any]) -> list[AckIntent]:
-    return [AckIntent(str(j), base64.b64decode(b)) for j, b in pairs]
 
 
 # -- jobs and their attempts ------------------------------------------------------------

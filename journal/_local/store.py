@@ -21,11 +21,9 @@ import builtins
 import contextlib
 import logging
 import os
-import re
 import threading
 import time
 import weakref
-from collections.abc import Iterator
 from concurrent.futures import Future
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Final, final
@@ -34,17 +32,15 @@ from .._append_queue import append_router, flush_queues
 from .._closing import CLIENTS, Closing
 from .._errors import (
     AppendTooLargeError,
-    CorruptJournalError,
-    InvalidJournalNameError,
     JournalClosedError,
     JournalError,
     JournalExistsError,
     JournalNotFoundError,
 )
 from .._labels import LabelSelector, LabelSet, LabelsInit, parse_label_selector
-from .._spec import AppendResult, Fragment, JournalSpec, validate_journal_name
+from .._spec import AppendResult, Fragment, JournalSpec
 from .._util import age_seconds
-from ..durable import TEMP_PREFIX, fsync_dir
+from ..durable import fsync_dir
 from .check import JournalProblem, check_journal
 from .files import (
     JournalDir,
@@ -69,12 +65,10 @@ from .fragment import (
     DELETING_FILE,
     LOCK_FILE,
     SPEC_FILE,
-    START_FILE,
     CommitRecord,
     pack_slot,
-    parse_open_name,
-    parse_sealed_name,
 )
+from .layout import journal_data, journal_dir, journal_directories
 from .listing import quarantine_files
 from .reader import LocalJournalReader, StoreServices, open_reader
 from .transient import Emitters
@@ -92,31 +86,8 @@ DEFAULT_FRAGMENT_SIZE: Final = 16 << 20
 #: Default bound on one append (as gossip's MaxData: appends are whole
 #: messages or transactions, and a batch is written in one piece).
 DEFAULT_MAX_APPEND_SIZE: Final = 16 << 20
-# A directory name component is at most 255 bytes on common file systems.
-_MAX_COMPONENT: Final = 255
-# A component shaped like a Gazette fragment name would collide with the
-# parent journal's fragment files.
-_RESERVED_COMPONENT: Final = re.compile(r"[0-9a-f]{16}-[0-9a-f]{16}-[0-9a-f]{40}(\.\w*)?")
 
 LOG: Final = logging.getLogger("journal")
-
-def _journal_data(path: str) -> set[str]:
-    """The names of the files in a journal directory that hold a journal's
-    data: fragments, the commit record, the recorded start, temporary files."""
-    try:
-        entries = list(os.scandir(path))
-    except FileNotFoundError:
-        return set()
-    return {
-        e.name for e in entries
-        if e.is_file(follow_symlinks=False) and (
-            parse_sealed_name(e.name) is not None
-            or parse_open_name(e.name) is not None
-            or e.name.startswith(TEMP_PREFIX)
-            or e.name in (COMMIT_FILE, START_FILE)
-        )
-    }
-
 
 @final
 class LocalJournalStore(Closing):
@@ -197,7 +168,7 @@ class LocalJournalStore(Closing):
                 if existing.labels != spec.labels:
                     raise JournalExistsError(name, existing.labels.to_dict())
                 return existing
-            data = _journal_data(jd.path)
+            data = journal_data(jd.path)
             if data and not os.path.exists(os.path.join(jd.path, DELETING_FILE)):
                 # Files of a journal whose spec is gone (lost, or removed by
                 # hand): never deleted. With its commit record, the journal
@@ -267,7 +238,7 @@ class LocalJournalStore(Closing):
         """Specs of the journals matching ``selector``, sorted by name."""
         sel = parse_label_selector(selector)
         out: builtins.list[JournalSpec] = []
-        for name, path in self._directories():
+        for name, path in journal_directories(self.root):
             if os.path.exists(os.path.join(path, SPEC_FILE)):
                 try:
                     spec = read_spec(JournalDir(name, path))
@@ -282,7 +253,7 @@ class LocalJournalStore(Closing):
         """Names of every journal of the store, those whose spec cannot be
         read included (which ``list`` refuses, as ``get`` does): what
         ``exactly fsck`` checks and ``exactly journals list`` shows. Sorted."""
-        return sorted(name for name, path in self._directories()
+        return sorted(name for name, path in journal_directories(self.root)
                       if os.path.exists(os.path.join(path, SPEC_FILE)))
 
     def orphaned(self) -> builtins.list[str]:
@@ -291,28 +262,11 @@ class LocalJournalStore(Closing):
         (a deletion under way is not one), invisible to ``list``. ``create``
         with their labels makes them again over their files. Sorted."""
         return sorted(
-            name for name, path in self._directories()
+            name for name, path in journal_directories(self.root)
             if not os.path.exists(os.path.join(path, SPEC_FILE))
             and not os.path.exists(os.path.join(path, DELETING_FILE))
-            and _journal_data(path)
+            and journal_data(path)
         )
-
-    def _directories(self) -> Iterator[tuple[str, str]]:
-        """``(name, path)`` of every directory below the root that could be
-        a journal's (names never begin with ``@``), found as it walks."""
-        stack = [(self.root, "")]
-        while stack:
-            path, prefix = stack.pop()
-            try:
-                entries = builtins.list(os.scandir(path))
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            for entry in entries:
-                if entry.name.startswith("@") or not entry.is_dir(follow_symlinks=False):
-                    continue
-                name = prefix + entry.name
-                stack.append((entry.path, name + "/"))
-                yield name, entry.path
 
     def head(self, name: str) -> int:
         """The journal's committed end offset: where the next append begins."""
@@ -598,39 +552,11 @@ class LocalJournalStore(Closing):
     # Internals -----------------------------------------------------------------
 
     def _dir(self, name: str) -> JournalDir:
-        validate_journal_name(name)
-        for part in name.split("/"):
-            if len(part.encode()) > _MAX_COMPONENT:
-                raise InvalidJournalNameError(
-                    name, f"a path component is longer than {_MAX_COMPONENT} bytes"
-                )
-            if _RESERVED_COMPONENT.fullmatch(part):
-                raise InvalidJournalNameError(
-                    name, f"component {part!r} is reserved (shaped like a fragment name)"
-                )
-        jd = JournalDir.of(self.root, name)
-        self._check_links(jd)
-        return jd
+        return journal_dir(self.root, self._real_root, name)
 
     def _check_open(self) -> None:
         if self._closed:
             raise JournalClosedError(repr(self))
-
-    def _check_links(self, jd: JournalDir) -> None:
-        """Refuse a journal directory reached through a symbolic link that
-        leads out of the root: its files would be written elsewhere."""
-        path = self.root
-        for part in jd.name.split("/"):
-            path = os.path.join(path, part)
-            if not os.path.islink(path):
-                continue
-            target = os.path.realpath(path)
-            if os.path.commonpath([self._real_root, target]) != self._real_root:
-                raise CorruptJournalError(
-                    jd.name,
-                    path,
-                    f"is a symbolic link out of the store's root (to {target}): not followed",
-                )
 
     def _services(self) -> StoreServices:
         """What this store's readers need of it (see ``StoreServices``)."""

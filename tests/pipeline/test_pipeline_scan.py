@@ -39,9 +39,9 @@ from message.arrow import ArrowContent
 from pipeline import recover
 from pipeline._scan import read_journal
 from pipeline._sink import commit_stream_batch, sink_job
+from pipeline._state import INTENTS
 from pipeline._stream_offsets import encode_states, read_range, sequence_range, states_of
 from pipeline._write import (
-    INTENTS,
     JobEndedError,
     Target,
     abort_job,

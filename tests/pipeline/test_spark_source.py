@@ -27,8 +27,9 @@ from message import (
     Transaction,
     get_flags,
 )
+from pipeline._state import INTENTS
 from pipeline._stores import STATE_PREFIX
-from pipeline._write import INTENTS, Target, publish_rows
+from pipeline._write import Target, publish_rows
 from tests.pipeline.support import committed_rows, random_workload
 
 pytestmark = pytest.mark.spark
