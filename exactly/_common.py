@@ -77,6 +77,17 @@ def behind_and_past(head: int | None, offset: int) -> tuple[int | None, int]:
     return max(0, head - offset), max(0, offset - head)
 
 
+def every_journal(store: Any) -> list[str]:
+    """Every journal's name; of a local store, those whose spec cannot be
+    read included (which ``list()`` refuses): each command that goes over
+    all journals reports on those rather than stopping at them."""
+    from journal import LocalJournalStore
+
+    if isinstance(store, LocalJournalStore):
+        return store.names()
+    return [spec.name for spec in store.list()]
+
+
 def open_store(args: argparse.Namespace, *, must_exist: bool = True,
                service: bool = False) -> Any:
     """The journals the command works on. ``service``: a long-running

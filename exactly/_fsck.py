@@ -25,7 +25,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from exactly._common import Progress
+from exactly._common import Progress, every_journal
 from journal import (
     CorruptJournalError,
     JournalClient,
@@ -65,7 +65,7 @@ def cmd_fsck(args: argparse.Namespace, client: JournalClient, out: Any = None) -
     local = isinstance(client, LocalJournalStore)
     if args.repair and not local:
         print("exactly fsck: --repair works on a local store only; checking", file=sys.stderr)
-    names = list(args.journals) or _journal_names(client)
+    names = list(args.journals) or every_journal(client)
     found = repaired = 0
     journals = Progress(f"checking {len(names)} journals, done")
     for done, name in enumerate(names):
@@ -132,14 +132,6 @@ def _with_files(
                 p = dataclasses.replace(p, path=holder.path)
         out.append(p)
     return out
-
-
-def _journal_names(client: JournalClient) -> list[str]:
-    """Every journal; for a local store, also those whose spec is unreadable
-    (which ``list()`` would refuse)."""
-    if isinstance(client, LocalJournalStore):
-        return client.names()
-    return [spec.name for spec in client.list()]
 
 
 @contextlib.contextmanager

@@ -16,6 +16,7 @@ from exactly._common import (
     UsageError,
     counted,
     envelope_doc,
+    every_journal,
     new_message_func,
     open_store,
     parse_duration,
@@ -303,14 +304,12 @@ def _inspect_open(args: argparse.Namespace) -> int:
     older = parse_duration(args.older_than) if args.older_than else None
     now_ns = dt.datetime.now(dt.UTC).timestamp() * 1e9
     from framing import FramingError
-    from journal import JournalError, LocalJournalStore
+    from journal import JournalError
 
     with open_store(args) as store:
         # Over every journal, one that cannot be looked into (damaged, or of
         # protobuf frames without --proto) is said so, and the others are.
-        names = ([args.name] if args.name else
-                 store.names() if isinstance(store, LocalJournalStore) else
-                 [spec.name for spec in store.list()])
+        names = [args.name] if args.name else every_journal(store)
         rows = []
         passed: list[str] = []
         for name in names:
