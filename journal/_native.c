@@ -643,8 +643,9 @@ track(PyObject *Py_UNUSED(module), PyObject *obj)
  * append with its arguments (a client's append(name, data), a Publisher's
  * publish_uncommitted(mapping, msg)) and appends the future it returns to
  * the list futures; once the list holds prune_at futures, prune() is called
- * and returns the next threshold.
- * PendingAppends.recorder's closure is the definition.
+ * and returns the next threshold. close(message) ends it: every later call
+ * raises RuntimeError(message) without calling append.
+ * journal._tracking.Recording is the definition.
  */
 
 typedef struct {
@@ -653,6 +654,7 @@ typedef struct {
     PyObject *futures;
     PyObject *prune;
     Py_ssize_t prune_at;
+    PyObject *closed; /* the message of close(), or NULL while open */
     vectorcallfunc vectorcall;
 } Recording;
 
@@ -660,6 +662,10 @@ static PyObject *
 recording_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
     Recording *r = (Recording *)self;
+    if (r->closed != NULL) {
+        PyErr_SetObject(PyExc_RuntimeError, r->closed);
+        return NULL;
+    }
     PyObject *future = PyObject_Vectorcall(r->append, args, nargsf, kwnames);
     if (future == NULL) {
         return NULL;
@@ -718,8 +724,39 @@ recording_clear(Recording *r)
     Py_CLEAR(r->append);
     Py_CLEAR(r->futures);
     Py_CLEAR(r->prune);
+    Py_CLEAR(r->closed);
     return 0;
 }
+
+static PyObject *
+recording_close(Recording *r, PyObject *message)
+{
+    if (!PyUnicode_Check(message)) {
+        PyErr_SetString(PyExc_TypeError, "close() takes the message of later calls' error");
+        return NULL;
+    }
+    if (r->closed == NULL) {
+        r->closed = Py_NewRef(message);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+recording_is_closed(Recording *r, void *closure)
+{
+    return PyBool_FromLong(r->closed != NULL);
+}
+
+static PyMethodDef recording_methods[] = {
+    {"close", (PyCFunction)recording_close, METH_O,
+     "close(message): every later call raises RuntimeError(message)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef recording_getset[] = {
+    {"closed", (getter)recording_is_closed, NULL, "True once close() was called.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
 
 static void
 recording_dealloc(Recording *r)
@@ -733,8 +770,10 @@ static PyTypeObject RecordingType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "journal._native.RecordingAppend",
     .tp_doc = "RecordingAppend(append, futures, prune, prune_at)\n--\n\n"
-              "append(name, data) that keeps each future in futures (see "
-              "journal/_tracking.py).",
+              "append(name, data) that keeps each future in futures, until "
+              "close(message) (see journal/_tracking.py).",
+    .tp_methods = recording_methods,
+    .tp_getset = recording_getset,
     .tp_basicsize = sizeof(Recording),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_vectorcall_offset = offsetof(Recording, vectorcall),

@@ -27,7 +27,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from concurrent.futures import CancelledError, Future
-from typing import TYPE_CHECKING, Any, Final, ParamSpec
+from typing import TYPE_CHECKING, Any, Final, Generic, ParamSpec, Protocol
 
 from ._closing import Closing
 from ._future import LAYOUT_KNOWN, AppendFuture
@@ -71,6 +71,46 @@ scan_futures: Callable[
 )
 
 
+class Recorder(Protocol[P]):
+    """What :meth:`PendingAppends.recorder` makes: ``append`` that keeps each
+    future, until :meth:`close`."""
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Future[AppendResult]: ...
+
+    def close(self, message: str) -> None:
+        """Every later call raises ``RuntimeError(message)`` (the first
+        message given stays), without calling ``append``."""
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+
+
+class Recording(Generic[P]):
+    """The definition of a recorder (``journal._native.RecordingAppend`` is
+    the same, without a Python call per append)."""
+
+    def __init__(self, append: Callable[P, Future[AppendResult]], pending: PendingAppends) -> None:
+        self._append = append
+        self._pending = pending
+        self._closed: str | None = None
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Future[AppendResult]:
+        if self._closed is not None:
+            raise RuntimeError(self._closed)
+        future = self._append(*args, **kwargs)
+        self._pending.add(future)
+        return future
+
+    def close(self, message: str) -> None:
+        if self._closed is None:
+            self._closed = message
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+
 class PendingAppends:
     """The futures of appends not yet settled (see the module docstring)."""
 
@@ -97,24 +137,16 @@ class PendingAppends:
         self._prune_at = max(PRUNE_AT, 2 * len(pending))
         return self._prune_at
 
-    def recorder(
-        self, append: Callable[P, Future[AppendResult]]
-    ) -> Callable[P, Future[AppendResult]]:
-        """``append`` that also keeps each future here: a client's ``append``
-        made to track its appends, or a Publisher's ``publish_uncommitted``
-        (native where built: no Python call)."""
+    def recorder(self, append: Callable[P, Future[AppendResult]]) -> Recorder[P]:
+        """``append`` that also keeps each future here, until its ``close``:
+        a client's ``append`` made to track its appends, or a Publisher's
+        ``publish_uncommitted`` (native where built: no Python call)."""
         if NATIVE is not None:
-            recording: Callable[P, Future[AppendResult]] = NATIVE.RecordingAppend(
+            recording: Recorder[P] = NATIVE.RecordingAppend(
                 append, self._futures, self.prune, PRUNE_AT
             )
             return recording
-
-        def recording_append(*args: P.args, **kwargs: P.kwargs) -> Future[AppendResult]:
-            future = append(*args, **kwargs)
-            self.add(future)
-            return future
-
-        return recording_append
+        return Recording(append, self)
 
     def __len__(self) -> int:
         """How many futures are kept (done ones are dropped now and then)."""

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from journal import AppendResult, JournalClient, JournalStore
 
 LOG = logging.getLogger("message")
+#: What a transaction's publish, commit or abort raises once it ended.
+ENDED = "the transaction is already committed or aborted"
 
 _OPEN_WRITE = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
 
@@ -319,6 +321,10 @@ class Transaction(CommitsOnExit):
         # publish_uncommitted made to keep each future there.
         self._appends = PendingAppends()
         self._publish = self._appends.recorder(publisher.publish_uncommitted)
+        # The instance's publish is the recorder itself: no Python call per
+        # message. Closed when the transaction ends, so that a publish bound
+        # before then raises after it too (see the method below).
+        self.publish = self._publish  # type: ignore[method-assign]
         self._done = False
 
     @property
@@ -326,16 +332,20 @@ class Transaction(CommitsOnExit):
         return self.publisher.client
 
     def publish(self, mapping: MappingFunc, msg: Message) -> Future[AppendResult]:
-        """Publish ``msg`` as part of the transaction."""
-        if self._done:
-            raise RuntimeError("the transaction is already committed or aborted")
+        """Publish ``msg`` as part of the transaction (``RuntimeError`` once
+        it ended). An instance's ``publish`` is its recorder of the
+        publisher's ``publish_uncommitted``, which does this."""
         return self._publish(mapping, msg)
+
+    def _end(self) -> None:
+        if self._done:
+            raise RuntimeError(ENDED)
+        self._done = True
+        self._publish.close(ENDED)
 
     def commit(self) -> list[AckIntent]:
         """Make the transaction's messages visible to read-committed readers."""
-        if self._done:
-            raise RuntimeError("the transaction is already committed or aborted")
-        self._done = True
+        self._end()
         try:
             self._appends.settle()  # the messages must be durable before their ACKs are
         except BaseException:
@@ -355,9 +365,7 @@ class Transaction(CommitsOnExit):
 
     def abort(self) -> list[AckIntent]:
         """Roll the transaction back: readers discard its messages."""
-        if self._done:
-            raise RuntimeError("the transaction is already committed or aborted")
-        self._done = True
+        self._end()
         with contextlib.suppress(Exception):  # a failed append needs no roll-back
             self._appends.settle()
         intents = self.publisher.build_rollback_intents()

@@ -56,7 +56,7 @@ from journal import CloseAtExit, Closing, PendingAppends
 from ._errors import TransactionAbortedError
 from ._interfaces import MappingFunc, Message
 from ._publisher import AckIntent
-from ._transaction import CommitsOnExit, IntentLog, JournalIntentLog, append_intents
+from ._transaction import ENDED, CommitsOnExit, IntentLog, JournalIntentLog, append_intents
 
 if TYPE_CHECKING:
     from journal import AppendResult, JournalClient
@@ -94,13 +94,16 @@ class PipelinedTransaction(CommitsOnExit):
         self._end_with = end
         self._appends = PendingAppends()
         self._publish = self._appends.recorder(publisher.publish_uncommitted)
+        # The instance's publish is the recorder itself: no Python call per
+        # message; closed when the transaction ends (see Transaction).
+        self.publish = self._publish  # type: ignore[method-assign]
         self.committed: Future[list[AckIntent]] = Future()
         self._ended = False
 
     def publish(self, mapping: MappingFunc, msg: Message) -> Future[AppendResult]:
-        """Publish ``msg`` as part of the transaction."""
-        if self._ended:
-            raise RuntimeError("the transaction is already committed or aborted")
+        """Publish ``msg`` as part of the transaction (``RuntimeError`` once
+        it ended). An instance's ``publish`` is its recorder of the
+        publisher's ``publish_uncommitted``, which does this."""
         return self._publish(mapping, msg)
 
     def commit(self) -> Future[list[AckIntent]]:
@@ -117,8 +120,9 @@ class PipelinedTransaction(CommitsOnExit):
 
     def _end(self, commit: bool) -> None:
         if self._ended:
-            raise RuntimeError("the transaction is already committed or aborted")
+            raise RuntimeError(ENDED)
         self._ended = True
+        self._publish.close(ENDED)
         self._end_with(self, commit)
 
     @property

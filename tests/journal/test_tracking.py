@@ -184,3 +184,30 @@ def test_recorder_passes_any_arguments_through_and_keeps_each_future(impl: str) 
     with pytest.raises(JournalError, match="lost"):
         pending.settle()
     assert len(pending) == 0
+
+
+def test_a_closed_recorder_refuses_every_later_call(impl: str) -> None:
+    """close(message): later calls raise RuntimeError(message) without
+    calling what it records (the first message stays); the futures kept
+    before are still settled."""
+    pending = tracking.PendingAppends()
+    calls: list[Any] = []
+
+    def append(name: str, data: bytes) -> Future[Any]:
+        calls.append((name, data))
+        f: Future[Any] = Future()
+        f.set_result((name, 0, len(data)))
+        return f
+
+    record = pending.recorder(append)
+    assert not record.closed
+    record("a", b"x")
+    record.close("ended here")
+    record.close("a second message is not kept")
+    assert record.closed
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="^ended here$"):
+            record("a", b"y")
+    assert calls == [("a", b"x")]
+    assert len(pending) == 1
+    pending.settle()

@@ -4,6 +4,7 @@ publisher_test.go, plus roll-back and recovery)."""
 from __future__ import annotations
 
 import base64
+import functools
 import threading
 import uuid
 from collections import defaultdict
@@ -401,6 +402,24 @@ def test_a_commit_with_a_failed_append_raises_and_rolls_back(client) -> None:
         assert not it.sequencer.has_pending({})
     with pytest.raises(RuntimeError, match="already committed or aborted"):
         txn.commit()
+
+
+@pytest.mark.parametrize("end", ["commit", "abort"])
+def test_a_publish_bound_before_the_end_refuses_after_it(client, end: str) -> None:
+    """``publish = txn.publish`` taken in the transaction, called after it
+    ended: refused, and nothing is appended (the message would otherwise
+    hang uncommitted behind the transaction's ACK)."""
+    txn = Transaction(Publisher(client))
+    publish = txn.publish
+    publish(to("journal/one"), Doc("a"))
+    getattr(txn, end)()
+    written = read_all(client, "journal/one")
+    for late in (publish, txn.publish, functools.partial(Transaction.publish, txn)):
+        with pytest.raises(RuntimeError, match="already committed or aborted"):
+            late(to("journal/one"), Doc("late"))
+    assert read_all(client, "journal/one") == written
+    assert [d.s for d in written] == ["a", ""]  # the message, then its ACK
+    assert committed(client, "journal/one") == (["a"] if end == "commit" else [])
 
 
 def test_a_large_transaction_keeps_only_appends_not_done(client) -> None:

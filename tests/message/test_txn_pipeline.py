@@ -284,11 +284,13 @@ def test_misuse_is_a_clear_error(client) -> None:
         a, b = pipeline.transaction(), pipeline.transaction()
         with pytest.raises(RuntimeError, match="still open"):
             pipeline.transaction()
-        a.publish(mapping, JsonDocument(t=0, i=0))
+        publish = a.publish  # bound in the transaction, called after it
+        publish(mapping, JsonDocument(t=0, i=0))
         a.commit()
         b.abort()
-        with pytest.raises(RuntimeError, match="already committed or aborted"):
-            a.publish(mapping, JsonDocument(t=0, i=1))
+        for late in (a.publish, publish, b.publish):
+            with pytest.raises(RuntimeError, match="already committed or aborted"):
+                late(mapping, JsonDocument(t=0, i=1))
         with pytest.raises(RuntimeError, match="already committed or aborted"):
             b.commit()
     assert all_of(committed(client)) == [(0, 0)]
