@@ -29,12 +29,19 @@ from collections.abc import Iterator
 class ConsumerError(Exception):
     """Base of every error raised by the ``consumer`` package."""
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Pickled with its attributes (``.shard``, ...), which are keywords
+        # of the constructor rather than ``args``.
+        return (type(self), self.args, self.__dict__ or None)
+
 
 class FencedError(ConsumerError):
     """A newer instance of this shard restored its store: this one is a
-    zombie, and its transaction must not commit."""
+    zombie, and its transaction must not commit. A store of the
+    application's raises it as any exception (``FencedError("...")``);
+    ``shard``, the shard's id, is optional."""
 
-    def __init__(self, message: str, *, shard: str) -> None:
+    def __init__(self, message: str = "", *, shard: str | None = None) -> None:
         super().__init__(message)
         self.shard = shard
 

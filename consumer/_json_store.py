@@ -59,6 +59,7 @@ class JSONFileStore:
         self.path = Path(path)
         self.state: dict[str, Any] = {}
         self._gen: int | None = None  # the generation this instance wrote last
+        self._closed = False
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError) as exc:
@@ -134,6 +135,7 @@ class JSONFileStore:
     def restore_checkpoint(self, shard: Shard) -> Checkpoint:
         """The last committed checkpoint, with ``.state`` as committed with
         it; fences off every instance that restored before."""
+        self._check_open(shard)
         with store_failures(self, "could not restore", shard.id, (OSError,)):
             return self._restore(shard)
 
@@ -159,6 +161,7 @@ class JSONFileStore:
     def start_commit(self, shard: Shard, checkpoint: Checkpoint) -> None:
         """Write ``.state`` and ``checkpoint`` as the next generation, durably;
         ``FencedError`` if another instance restored since this one did."""
+        self._check_open(shard)
         if self._gen is None:
             raise ConsumerError(f"{self!r}: restore_checkpoint() before start_commit()")
         with store_failures(self, "could not commit", shard.id, (OSError,)):
@@ -192,7 +195,14 @@ class JSONFileStore:
             self._file(old).unlink(missing_ok=True)
 
     def close(self) -> None:
-        """Nothing is held open between commits."""
+        """Nothing is held open between commits; a closed store restores and
+        commits no more (``StoreError``)."""
+        self._closed = True
+
+    def _check_open(self, shard: Shard) -> None:
+        if self._closed:
+            raise StoreError(f"shard {shard.id}: {self!r} is closed", shard=shard.id,
+                             store="JSONFileStore")
 
     def read_checkpoint(self) -> tuple[str | None, Checkpoint, dict[str, Any]]:
         """The shard id, last committed checkpoint and state, read without

@@ -59,6 +59,7 @@ class SQLStore:
             raise ValueError(f"table name {table!r}: use letters, digits and _ (schema.table)")
         self.table = table
         self._fence: int | None = None
+        self._closed = False
 
     def _bump_fence(self, shard: str) -> tuple[int, bytes]:
         """In a transaction of its own: increment the shard's fence (insert
@@ -111,7 +112,12 @@ class SQLStore:
         return {str(shard): Checkpoint.from_bytes(bytes(data)) for shard, data in rows}
 
     def close(self) -> None:
-        """Roll back what was not committed, and close the connection."""
+        """Roll back what was not committed, and close the connection (once:
+        closing again does nothing). A closed store restores and commits no
+        more (``StoreError``)."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self.connection.rollback()
         finally:

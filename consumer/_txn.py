@@ -101,6 +101,10 @@ class ShardLoop:
         self.shard = Shard(spec, client)
         self._client = client
         self._app = app
+        # The optional hooks: an application not made from Application may
+        # leave them out; they then do nothing.
+        self._begin_txn: Callable[..., None] = getattr(app, "begin_txn", _no_hook)
+        self._finalize_txn: Callable[..., None] = getattr(app, "finalize_txn", _no_hook)
         self._on_progress = on_progress
         # Checks the store the application opened before its checkpoint is
         # restored (a Member: that the store can be reached from this host).
@@ -243,7 +247,7 @@ class ShardLoop:
         spec, shard, app = self.spec, self.shard, self._app
         store, publisher = self._store, self._publisher
         assert store is not None and publisher is not None
-        app.begin_txn(shard, store)
+        self._begin_txn(shard, store)
         began = time.monotonic()
         max_end = began + spec.max_txn_duration
         min_end = began + min(spec.min_txn_duration, spec.max_txn_duration)
@@ -356,7 +360,7 @@ class ShardLoop:
     def _commit(self, count: int, began: float) -> None:
         shard, store, publisher = self.shard, self._store, self._publisher
         assert store is not None and publisher is not None
-        self._app.finalize_txn(shard, store, publisher)
+        self._finalize_txn(shard, store, publisher)
         # What the transaction published, and the last ACKs, must be
         # durable before a checkpoint that depends on them commits.
         self._appends.settle()
@@ -460,6 +464,10 @@ def _stop_at_exit(loops: list[ShardLoop]) -> None:
 #: journal clients' registry, so closed before it (see journal.CloseAtExit).
 #: A child made by fork has none (their threads are the parent's).
 _SERVING: Final = CloseAtExit(close_all=_stop_at_exit, forget_in_child=True)
+
+
+def _no_hook(*args: object) -> None:
+    """An optional hook the application left out."""
 
 
 def _not_started(timeout: float | None) -> Envelope | None:

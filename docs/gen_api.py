@@ -5,6 +5,7 @@ Run ``python docs/gen_api.py``; ``tests/test_docs.py`` fails when api.md is stal
 
 from __future__ import annotations
 
+import enum
 import importlib
 import inspect
 import os
@@ -46,19 +47,24 @@ def render() -> str:
         lines += [f"## `{pkg_name}`", "", _first_paragraph(pkg), ""]
         for name in names:
             obj = getattr(pkg, name)
-            if inspect.isclass(obj):
+            if inspect.isclass(obj) and issubclass(obj, enum.Enum):
+                lines += [f"### enum `{name}`", "", _first_paragraph(obj) or "—", ""]
+                lines += [f"- `{name}.{m.name}` = `{m.value!r}`" for m in obj] + [""]
+            elif inspect.isclass(obj):
                 kind = "exception" if issubclass(obj, BaseException) else "class"
                 lines.append(f"### {kind} `{name}{_signature(obj) if kind == 'class' else ''}`")
                 lines += ["", _first_paragraph(obj) or "—", ""]
                 members = [
-                    (m, v)
+                    (m, v.__func__ if isinstance(v, classmethod | staticmethod) else v,
+                     "classmethod " if isinstance(v, classmethod) else "")
                     for m, v in vars(obj).items()
-                    if not m.startswith("_") and (callable(v) or isinstance(v, property))
+                    if not m.startswith("_")
+                    and (callable(v) or isinstance(v, property | classmethod | staticmethod))
                     and (inspect.getdoc(v) or "") and kind == "class"
                 ]
-                for m, v in members:
-                    sig = "" if isinstance(v, property) else _signature(v)
-                    lines.append(f"- `{m}{sig}`: {_first_paragraph(v)}")
+                for m, v, how in members:
+                    sig = "" if isinstance(v, property) else _signature(getattr(obj, m))
+                    lines.append(f"- {how}`{m}{sig}`: {_first_paragraph(v)}")
                 if members:
                     lines.append("")
             elif callable(obj):

@@ -20,15 +20,15 @@ def register_framing(f: Framing) -> None:
     _framings[content_type] = f
 
 
-def framing_by_content_type(content_type: str) -> Framing:
-    """The framing registered for ``content_type`` (matched exactly).
+def framing_by_content_type(ct: str) -> Framing:
+    """The framing registered for content type ``ct`` (matched exactly).
 
     Raises ``UnknownContentTypeError`` (a ``ValueError``) if there is none.
     """
     try:
-        return _framings[content_type]
+        return _framings[ct]
     except (KeyError, TypeError):
-        raise UnknownContentTypeError(content_type) from None
+        raise UnknownContentTypeError(ct) from None
 
 
 def registered_content_types() -> list[str]:

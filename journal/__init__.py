@@ -63,6 +63,7 @@ from ._spec import JournalSpec as JournalSpec
 from ._spec import check_content_type as check_content_type
 from ._spec import validate_journal_name as validate_journal_name
 from ._tracking import PendingAppends as PendingAppends
+from ._tracking import Recorder as Recorder
 from ._tracking import TrackingClient as TrackingClient
 from ._util import parse_duration as parse_duration
 from ._watched import WatchedList as WatchedList
@@ -132,6 +133,7 @@ __all__ = [
     "OffsetTracker",
     "read_all",
     "PendingAppends",
+    "Recorder",
     "TrackingClient",
     "WatchedList",
     # Transient messages (LocalJournalStore.emit / listen)

@@ -340,12 +340,13 @@ _SEL_NOT_EXISTS: Final = re.compile(r" ?!" + _RE_TOKEN + _RE_END)
 _SEL_SET_VALUE: Final = re.compile(_RE_PATH + _RE_END)
 
 
-def parse_label_selector(selector: str | LabelSelector) -> LabelSelector:
-    """Parse a Gazette label selector string (a ``LabelSelector`` passes through).
+def parse_label_selector(s: str | LabelSelector) -> LabelSelector:
+    """Parse a Gazette label selector string ``s`` (a ``LabelSelector`` passes through).
 
     The empty string selects everything. Raises ``LabelSelectorError`` (a
     ``ValueError``) for a malformed selector.
     """
+    selector = s
     if isinstance(selector, LabelSelector):
         return selector
     if not isinstance(selector, str):

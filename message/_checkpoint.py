@@ -148,11 +148,11 @@ class Checkpoint:
         return cls(offsets, states, intents)
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Checkpoint:
-        """Decode :meth:`to_bytes` output (or a Gazette consumer Checkpoint)."""
+    def from_bytes(cls, b: bytes) -> Checkpoint:
+        """Decode :meth:`to_bytes` output ``b`` (or a Gazette consumer Checkpoint)."""
         pb = checkpoint_pb2.Checkpoint()
         try:
-            pb.ParseFromString(data)
+            pb.ParseFromString(b)
         except DecodeError as exc:
             raise CheckpointError(f"not a protobuf Checkpoint: {exc}") from exc
         return cls.from_proto(pb)

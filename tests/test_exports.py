@@ -300,3 +300,16 @@ def test_native_stubs_name_what_the_module_has(module: str) -> None:
                        and not m.name.startswith("_")}
             actual = {m for m in dir(getattr(native, name)) if not m.startswith("_")}
             assert methods == actual, name
+
+
+def test_spec_parameter_names_work_as_keywords() -> None:
+    """The parameter names SPEC writes are the functions' own:
+    framing_by_content_type(ct), Checkpoint.from_bytes(b), parse_label_selector(s)."""
+    from framing import CONTENT_TYPE_CSV, framing_by_content_type
+    from journal import parse_label_selector
+    from message import Checkpoint
+
+    assert framing_by_content_type(ct=CONTENT_TYPE_CSV).content_type == CONTENT_TYPE_CSV
+    cp = Checkpoint({"a/b": 7})
+    assert Checkpoint.from_bytes(b=cp.to_bytes()) == cp
+    assert parse_label_selector(s="app=web").matches({"app": "web"})

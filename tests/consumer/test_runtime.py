@@ -39,6 +39,7 @@ from tests.consumer_support import (
     expected_output,
     expected_state,
     make_input,
+    new_doc,
     output_by_key,
 )
 
@@ -704,3 +705,66 @@ def test_a_shard_stuck_at_exit_does_not_hold_the_exit(tmp_path: Path) -> None:
     assert b"shard copy did not stop within 10 s" in r.stderr, r.stderr.decode()
     with LocalJournalStore(tmp_path / "journals") as store:
         assert list(ReadUncommittedIter(store, "out", lambda _s: JsonDocument())) == []
+
+
+def test_a_store_of_ones_own_raising_fenced_error_stops_the_shard(
+        journals: Any, tmp_path: Path) -> None:
+    """A store written by the user (the Store protocol, duck-typed) that
+    raises FencedError("...") from start_commit: run_until_idle raises that
+    very error, and nothing the transaction published is committed."""
+    fenced = FencedError("another instance restored")
+
+    class FencingStore:
+        def restore_checkpoint(self, shard: Shard) -> Checkpoint:
+            return Checkpoint()
+
+        def start_commit(self, shard: Shard, checkpoint: Checkpoint) -> None:
+            raise fenced
+
+        def close(self) -> None:
+            pass
+
+    class Forward(Application):
+        def new_store(self, shard: Shard) -> Store:
+            return FencingStore()
+
+        def new_message(self, spec: Any) -> JsonDocument:
+            return JsonDocument()
+
+        def consume_message(self, shard: Shard, store: Any, env: Envelope, pub: Any) -> None:
+            pub.publish_uncommitted(to_outputs, JsonDocument(k=env.message["k"], n=0, seen=0))
+
+    to_outputs = modulo_mapping(lambda d: d["k"], lambda: [journals.get(o) for o in OUTPUTS])
+    make_input(journals, SOURCES, 20, seed=5, messy=False)
+    with Runner(journals, Forward(), [ShardSpec("fwd", sources=SOURCES)]) as runner:
+        with pytest.raises(FencedError) as raised:
+            runner.run_until_idle(timeout=60)
+        assert raised.value is fenced
+    assert output_by_key(journals, OUTPUTS) == {}
+    published = sum(1 for o in OUTPUTS for _ in ReadUncommittedIter(journals, o, new_doc))
+    assert published >= 20  # published, and never committed
+
+
+def test_an_application_not_made_from_application_may_leave_out_the_hooks(
+        journals: Any, tmp_path: Path) -> None:
+    """An application with the three required methods and no begin_txn or
+    finalize_txn (not a subclass of Application) runs: the hooks do nothing."""
+
+    class Bare:  # (not an Application)
+        def __init__(self) -> None:
+            self.seen = 0
+
+        def new_store(self, shard: Shard) -> Store:
+            return JSONFileStore(tmp_path / "bare")
+
+        def new_message(self, spec: Any) -> JsonDocument:
+            return JsonDocument()
+
+        def consume_message(self, shard: Shard, store: Any, env: Envelope, pub: Any) -> None:
+            self.seen += 1
+
+    make_input(journals, SOURCES, 30, seed=6, messy=False)
+    app = Bare()
+    with Runner(journals, app, [ShardSpec("bare", sources=SOURCES)]) as runner:  # type: ignore[arg-type]
+        runner.run_until_idle(timeout=60)
+    assert app.seen == 30

@@ -308,3 +308,37 @@ def test_stores_leave_no_file_open(tmp_path: Path) -> None:
     with pytest.raises(sqlite3.ProgrammingError):
         s.connection.execute("SELECT 1")
     assert os.path.exists(tmp_path / "s.db")
+
+
+@pytest.mark.parametrize("kind", ["json", "sqlite"])
+def test_a_closed_store_closes_again_quietly_and_commits_no_more(
+        tmp_path: Path, kind: str) -> None:
+    """close() twice is no error (the runtime closes a store, and so may its
+    application); a closed store's restore and commit are StoreErrors."""
+    s: JSONFileStore | SQLiteStore = (
+        JSONFileStore(tmp_path / "j") if kind == "json" else SQLiteStore(tmp_path / "s.db"))
+    s.restore_checkpoint(shard())
+    s.start_commit(shard(), cp(1))
+    s.close()
+    s.close()
+    with pytest.raises(StoreError):
+        s.start_commit(shard(), cp(2))
+    with pytest.raises(StoreError):
+        s.restore_checkpoint(shard())
+    again = JSONFileStore(tmp_path / "j") if kind == "json" else SQLiteStore(tmp_path / "s.db")
+    assert again.restore_checkpoint(shard()) == cp(1)  # the refused commit wrote nothing
+    again.close()
+
+
+def test_fenced_error_is_raised_as_any_exception_and_pickles() -> None:
+    """A store of one's own raises FencedError("...") (the shard is optional);
+    it pickles with its attributes, as the other consumer errors do."""
+    import pickle
+
+    e = FencedError("another instance restored")
+    assert str(e) == "another instance restored" and e.shard is None
+    for err in (e, FencedError("m", shard="s-1"),
+                StoreError("x", shard="s-1", store="SQLiteStore")):
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err) and back.args == err.args
+        assert back.__dict__ == err.__dict__

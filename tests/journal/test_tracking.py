@@ -206,7 +206,7 @@ def test_a_closed_recorder_refuses_every_later_call(impl: str) -> None:
     record.close("a second message is not kept")
     assert record.closed
     for _ in range(2):
-        with pytest.raises(RuntimeError, match="^ended here$"):
+        with pytest.raises(RuntimeError, match=r"^ended here$"):
             record("a", b"y")
     assert calls == [("a", b"x")]
     assert len(pending) == 1
