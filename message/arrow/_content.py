@@ -29,6 +29,7 @@ from journal import JournalClient, JournalSpec, read_all
 
 from .._interfaces import Message
 from .._types import DEFAULT_UUID_PATH, CSVRecord, document_type, proto_message_type
+from ._encode import nested_types
 
 if TYPE_CHECKING:
     Array = np.ndarray[Any, Any]
@@ -210,13 +211,7 @@ def from_base64(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArra
 
 
 def _has_decimal(typ: pa.DataType) -> bool:
-    if pa.types.is_decimal(typ):
-        return True
-    if pa.types.is_struct(typ):
-        return any(_has_decimal(typ.field(i).type) for i in range(typ.num_fields))
-    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or pa.types.is_map(typ):
-        return _has_decimal(typ.value_type if not pa.types.is_map(typ) else typ.item_type)
-    return False
+    return pa.types.is_decimal(typ) or any(pa.types.is_decimal(t) for t in nested_types(typ))
 
 
 class _ExactNumbers:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -104,18 +104,37 @@ def json_values(column: pa.Array) -> list[Any]:
     return [_json_value(v, typ) for v in values]
 
 
-def _needs_json_form(typ: pa.DataType, nested: bool = False) -> bool:
-    if pa.types.is_map(typ) or pa.types.is_decimal(typ) or pa.types.is_binary(typ) or \
-            pa.types.is_large_binary(typ) or pa.types.is_fixed_size_binary(typ):
-        return True
-    if nested and pa.types.is_floating(typ):
-        return True  # (a NaN or an infinity in it; top-level columns are checked at once)
+def nested_types(typ: pa.DataType) -> Iterator[pa.DataType]:
+    """Every type inside ``typ``, depth first, ``typ`` itself left out: the
+    fields of a struct, the values of a list (of any kind), the keys and
+    items of a map. The one walk of a column's type, wherever a rule looks
+    for a kind of value at any depth."""
+    children: list[pa.DataType]
     if pa.types.is_struct(typ):
-        return any(_needs_json_form(typ.field(i).type, True) for i in range(typ.num_fields))
-    if pa.types.is_list(typ) or pa.types.is_large_list(typ) or \
+        children = [typ.field(i).type for i in range(typ.num_fields)]
+    elif pa.types.is_map(typ):
+        children = [typ.key_type, typ.item_type]
+    elif pa.types.is_list(typ) or pa.types.is_large_list(typ) or \
             pa.types.is_fixed_size_list(typ):
-        return _needs_json_form(typ.value_type, True)
-    return False
+        children = [typ.value_type]
+    else:
+        children = []
+    for child in children:
+        yield child
+        yield from nested_types(child)
+
+
+def _json_form_of(typ: pa.DataType) -> bool:
+    """A value of ``typ`` is written other than as pyarrow gives it."""
+    return bool(pa.types.is_map(typ) or pa.types.is_decimal(typ) or pa.types.is_binary(typ)
+                or pa.types.is_large_binary(typ) or pa.types.is_fixed_size_binary(typ))
+
+
+def _needs_json_form(typ: pa.DataType) -> bool:
+    # A float inside counts too (a NaN or an infinity in it; top-level
+    # columns are checked at once, by their values).
+    return _json_form_of(typ) or any(
+        _json_form_of(t) or pa.types.is_floating(t) for t in nested_types(typ))
 
 
 #: How Spark's ``to_json`` writes the floats JSON has no number for (and

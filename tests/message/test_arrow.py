@@ -313,6 +313,33 @@ def test_decimals_binary_and_non_finite_floats_round_trip(tmp_path: Any, exact: 
     assert math.isnan(f[0]) and f[1:] == [float("inf"), -float("inf")]
 
 
+@pytest.mark.parametrize("where", ["struct", "fixed_size_list", "map"])
+def test_decimals_at_any_depth_are_exact(tmp_path: Any, where: str) -> None:
+    """Decimals inside a struct, a list of fixed size or a map's items read
+    exactly (no float on the way), frame by frame (a map column)."""
+    from decimal import Decimal
+
+    from message.arrow import json_values
+
+    big = Decimal("123456789012345.12345")
+    dec = pa.decimal128(20, 5)
+    typ, value = {
+        "struct": (pa.struct([("d", dec)]), {"d": big}),
+        "fixed_size_list": (pa.list_(dec, 2), [big, Decimal("0.00001")]),
+        "map": (pa.map_(pa.string(), dec), [("k", big)]),
+    }[where]
+    # The column with the decimals, and a map of integers (read frame by frame).
+    schema = [("c", typ), ("x", pa.map_(pa.string(), pa.int64()))]
+    with LocalJournalStore(tmp_path) as store:
+        spec = store.create("docs", NDJSON)
+        # As a write puts them: each decimal its exact number in the JSON.
+        doc = JsonDocument(c=json_values(pa.array([value], typ))[0], x={"k": 1})
+        Publisher(store).publish_committed(
+            lambda d: (spec.name, spec.content_type), doc).result()
+        table = ReadCommittedArrow(store, "docs", schema=schema).read_all()
+    assert table.column("c").to_pylist() == [value]
+
+
 def test_csv_fields_are_inferred_by_position(tmp_path: Any) -> None:
     """Without a schema, a CSV journal's fields after the UUID are string
     columns _c1, _c2, ... (as wide as its widest record)."""
