@@ -14,7 +14,15 @@ from message import (
     write_intents,
 )
 
-from ._state import _STATE_LABELS, SINKS, _append_record, _b64, _last_record, _unb64
+from ._state import (
+    _STATE_LABELS,
+    SINKS,
+    _append_record,
+    _b64,
+    _last_record,
+    _unb64,
+    forget_before,
+)
 from ._write import (
     PublishedBatch,
     Target,
@@ -76,7 +84,9 @@ class _SinkState:
             return 0
         intents = _unb64(doc.get("intents") or [])
         write_intents(self.client, intents)
-        _append_record(self.client, self.name, {"batch_id": doc["batch_id"], "done": True})
+        done = _append_record(self.client, self.name, {"batch_id": doc["batch_id"], "done": True})
+        # Only the last record is read again: retention may take the rest.
+        forget_before(self.client, self.name, done.begin)
         return len(intents)
 
     def commit(self, batch_id: int, intents: list[AckIntent]) -> None:

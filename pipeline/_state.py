@@ -6,6 +6,7 @@ appended durably."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Final
@@ -13,7 +14,14 @@ from typing import Any, Final
 import orjson
 
 from framing import CONTENT_TYPE_JSON_LINES
-from journal import JournalClient, JournalNotFoundError, JournalStore, read_all
+from journal import (
+    AppendResult,
+    JournalClient,
+    JournalNotFoundError,
+    JournalStore,
+    LocalJournalStore,
+    read_all,
+)
 from message import AckIntent
 
 from ._stores import STATE_PREFIX
@@ -56,17 +64,39 @@ def _tail_records(
     (``JournalNotFoundError`` if it does not exist). A journal kept across a
     stream's micro-batches grows with each: its tail is what is read."""
     head = client.head(name)
+    floor = _first_offset(client, name)
     window = 1 << 16
     while True:
-        start = max(0, head - window)
+        start = max(floor, head - window)
         with client.read(name, start, head) as r:
             data = read_all(r)
-        if start > 0:
+        if start > floor:
             data = data[data.find(b"\n") + 1:]  # (a line that began before the window)
         docs = _parsed(name, data)
-        if start == 0 or enough(docs):
+        if start == floor or enough(docs):
             return docs
         window *= 4
+
+
+def _first_offset(client: JournalStore, name: str) -> int:
+    """Where state journal ``name`` begins: past what retention removed
+    (``forget_before``), so that reading its tail jumps over nothing."""
+    if isinstance(client, LocalJournalStore):
+        fragments = client.fragments(name)
+        return fragments[0].begin if fragments else client.head(name)
+    return 0
+
+
+def forget_before(client: JournalStore, name: str, offset: int) -> None:
+    """Retention of a state journal kept across a stream's micro-batches,
+    whose records before ``offset`` are settled and never read again: on
+    the embedded store, its sealed fragments that end by ``offset`` are
+    removed, so that it holds about a fragment, not every batch since the
+    stream began. (A Gazette cluster's journals keep the retention of their
+    fragment store.)"""
+    if isinstance(client, LocalJournalStore):
+        with contextlib.suppress(JournalNotFoundError):
+            client.trim(name, before_offset=offset)
 
 
 def _last_record(client: JournalStore, name: str) -> dict[str, Any] | None:
@@ -89,9 +119,10 @@ def _records_after_last(
     return docs if last is None else docs[last + 1:]
 
 
-def _append_record(client: JournalClient, name: str, doc: dict[str, Any]) -> None:
-    """Append ``doc`` to state journal ``name`` and wait until it is durable."""
-    client.append(name, orjson.dumps(doc) + b"\n").result()
+def _append_record(client: JournalClient, name: str, doc: dict[str, Any]) -> AppendResult:
+    """Append ``doc`` to state journal ``name`` and wait until it is durable;
+    returns where it landed."""
+    return client.append(name, orjson.dumps(doc) + b"\n").result()
 
 
 def _b64(pairs: Iterable[tuple[str, bytes]]) -> list[list[str]]:

@@ -96,6 +96,7 @@ from ._state import (
     _records,
     _records_after_last,
     _unb64,
+    forget_before,
 )
 from ._stores import STATE_PREFIX, StoreOptions
 
@@ -519,13 +520,14 @@ def begin_ending(client: JournalClient, job: str | None) -> None:
 def end_job(client: JournalStore, job: str | None, *, keep: bool = False) -> None:
     """Forget the job's attempt records (all rolled back or committed): remove
     its attempts journal, or, to ``keep`` it (a streaming sink's), mark what
-    it holds as settled."""
+    it holds as settled (and let retention take what came before the mark)."""
     if job is None:
         return
     name = attempts_journal(job)
     try:
         if keep:
-            _append_record(client, name, {_ENDED: True})
+            mark = _append_record(client, name, {_ENDED: True})
+            forget_before(client, name, mark.begin)
         else:
             client.delete(name)
     except JournalNotFoundError:

@@ -39,7 +39,7 @@ from message.arrow import ArrowContent
 from pipeline import recover
 from pipeline._scan import read_journal
 from pipeline._sink import commit_stream_batch, sink_job
-from pipeline._state import INTENTS
+from pipeline._state import INTENTS, SINKS
 from pipeline._stream_offsets import encode_states, read_range, sequence_range, states_of
 from pipeline._write import (
     JobEndedError,
@@ -643,6 +643,41 @@ def test_a_long_streams_commit_reads_only_its_attempts_since_the_last_batch(
         assert commit_stream_batch(counted, "s1", 0, [kept])  # type: ignore[arg-type]
         assert committed_ns(store, "out") == [0, 1, 2]
         assert counted.bytes < grown // 8, (counted.bytes, grown)
+
+
+def test_a_long_streams_state_journals_keep_about_a_fragment(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A streaming sink's state and attempts journals, kept across its
+    micro-batches, do not grow with them on the embedded store: what is
+    settled is removed by retention as whole fragments. Replays are still
+    rolled back, lost attempts still rolled back, and reading their tails
+    jumps over nothing (no warning)."""
+    root = str(tmp_path)
+    target = Target(root, journal="out")
+    job = sink_job("s1")
+    size = 1024
+    want: list[int] = []
+    with LocalJournalStore(root, fragment_size=size) as store:
+        store.create("out", NDJSON)
+        start_job(store, job)
+        caplog.set_level(logging.WARNING, logger="journal")
+        for batch_id in range(200):
+            first = 1000 * batch_id
+            kept = publish_rows(target, batches(2, start=first), store, job=job)
+            if batch_id % 7 == 3:  # an attempt lost to speculation: rolled back
+                publish_rows(target, batches(2, start=first + 500), store, job=job)
+            assert commit_stream_batch(store, "s1", batch_id, [kept])
+            want += [first, first + 1]
+            if batch_id % 11 == 5:  # Spark replays the batch after a restart
+                replayed = publish_rows(target, batches(2, start=first), store, job=job)
+                assert not commit_stream_batch(store, "s1", batch_id, [replayed])
+        for name in (f"{SINKS}s1", attempts_journal(job)):
+            held = sum(f.end - f.begin for f in store.fragments(name))
+            assert store.head(name) > 8 * size  # what 200 batches wrote
+            assert held <= 3 * size, (name, held, store.head(name))
+        assert committed_ns(store, "out") == want
+        assert not open_transactions(store, "out")
+    assert not [r for r in caplog.records if "no longer available" in r.getMessage()]
 
 
 def test_durable_intents_of_a_crashed_driver_are_recovered(tmp_path: Path) -> None:
