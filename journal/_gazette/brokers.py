@@ -279,6 +279,14 @@ class Brokers:
         self._down: dict[str, float] = {}
         self._closed = False
 
+    def afresh(self) -> Brokers:
+        """Brokers of the same address and settings (timeouts, TLS,
+        credentials), with no channel, route or state of this one's: for a
+        child made by ``fork``, where gRPC channels do not survive."""
+        return Brokers(self.address, retry_timeout=self.retry_timeout,
+                       rpc_timeout=self.rpc_timeout, connect_timeout=self.connect_timeout,
+                       security=self.security)
+
     # Channels ----------------------------------------------------------------
 
     def stub(self, endpoint: str) -> Stub:

@@ -637,7 +637,4 @@ class GazetteClient(Closing):
         self._lock = threading.Lock()
         self._appenders.clear()  # (the same dict: append's router reads it)
         self._readers = weakref.WeakSet()
-        self._brokers = Brokers(
-            self.address, retry_timeout=self._brokers.retry_timeout,
-            rpc_timeout=self._brokers.rpc_timeout,
-        )
+        self._brokers = self._brokers.afresh()

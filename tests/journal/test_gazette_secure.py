@@ -239,3 +239,47 @@ def test_the_command_line_takes_the_same_options(
     env["BROKER_AUTH_KEYS"] = "not base64!"
     r = run("journals", "list", "--broker", c.address)
     assert r.returncode == 1 and r.stderr.startswith("exactly: error: BROKER_AUTH_KEYS:"), r.stderr
+
+
+_FORKED_SECURE_CLIENT = """
+import os, sys
+from journal import GazetteClient
+
+address, ca, cert, key, keys, name = sys.argv[1:]
+client = GazetteClient(address, trusted_ca_file=ca, cert_file=cert, cert_key_file=key,
+                       auth_keys=keys, connect_timeout=1.5, replication=1)
+client.append(name, b'{"who": "parent"}\\n').result(timeout=30)
+pid = os.fork()
+if pid == 0:
+    try:
+        client.append(name, b'{"who": "child"}\\n').result(timeout=30)
+        with client.read(name) as r:
+            print("child read", len(r.read().splitlines()), flush=True)
+    except Exception as exc:
+        print("child failed:", type(exc).__name__, exc, flush=True)
+        os._exit(1)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print("child exit", os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+def test_a_forked_child_keeps_the_clients_tls_and_credentials(
+        gazette_secure_cluster: Any, prefix: str) -> None:
+    """A child made by fork (multiprocessing's default here) uses the
+    client its parent made: its channels are made again there with the
+    same TLS settings, client certificate and keys (Brokers.afresh, which
+    keeps the timeouts too), not from the environment (empty here)."""
+    c = gazette_secure_cluster
+    sec = c.security
+    name = f"{prefix}forked"
+    with client(c) as g:
+        g.create(name, NDJSON)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BROKER_")}
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run(
+        [sys.executable, "-c", _FORKED_SECURE_CLIENT, c.address, str(sec.ca_file),
+         str(sec.client_cert_file), str(sec.client_key_file), sec.auth_keys, name],
+        env={**env, "PYTHONPATH": str(root)}, capture_output=True, text=True, timeout=120)
+    assert r.stdout.splitlines() == [
+        "child read 2", "child exit 0"], (r.stdout, r.stderr)
