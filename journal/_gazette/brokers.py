@@ -525,11 +525,14 @@ def refusal(
     if (code == grpc.StatusCode.UNAVAILABLE and endpoint.startswith("https:")
             and "Unwrap failed" in details):
         # The broker ended the TLS session at once, with an alert: as it
-        # does when it asks for a client certificate and gets none.
+        # does when it asks for a client certificate and gets none, or one
+        # that no CA it trusts signed.
+        hint = (" did it refuse the client certificate? cert_file (BROKER_CERT_FILE) must be"
+                " signed by a CA the brokers trust" if security.cert is not None else
+                " does it ask for a client certificate? give cert_file and cert_key_file"
+                " (BROKER_CERT_FILE, BROKER_CERT_KEY_FILE)")
         return BrokerAuthError(
-            f"{what}: {endpoint} closed the TLS connection ({details}): does it ask for a"
-            " client certificate? give cert_file and cert_key_file (BROKER_CERT_FILE,"
-            " BROKER_CERT_KEY_FILE)",
+            f"{what}: {endpoint} closed the TLS connection ({details}):{hint}",
             status="UNAVAILABLE", journal=journal, address=endpoint,
         )
     if code == grpc.StatusCode.UNAVAILABLE and any(w in details for w in _TLS_FAILURES):

@@ -141,6 +141,25 @@ def test_refused_credentials_are_one_clear_error_at_once(
             g.read("any/journal")
 
 
+def test_a_client_certificate_of_another_ca_is_said_to_be_refused(
+        gazette_secure_cluster: Any, tmp_path: Path) -> None:
+    """Mutual TLS with a client certificate that no CA of the brokers
+    signed: one BrokerAuthError at once, saying the certificate given was
+    refused (not asking for one)."""
+    from exactly.localcluster import ClusterSecurity
+
+    other = ClusterSecurity.generate(tmp_path / "other", mutual=True)
+    c = gazette_secure_cluster
+    started = time.monotonic()
+    with client(c, cert_file=str(other.client_cert_file),
+                cert_key_file=str(other.client_key_file)) as g, \
+            pytest.raises(BrokerAuthError) as info:
+        g.list()
+    assert time.monotonic() - started < 3.0
+    assert c.address in str(info.value)
+    assert "signed by a CA the brokers trust" in str(info.value), str(info.value)
+
+
 def test_plain_text_to_a_tls_broker_fails_within_connect_timeout(
         gazette_secure_cluster: Any) -> None:
     """http:// to a TLS broker: no broker ever answers; the error comes within
