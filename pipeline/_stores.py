@@ -66,7 +66,9 @@ class StoreOptions:
         if root:
             # Absolute: executors resolve relative paths in their own working directory.
             return cls(root=os.path.abspath(root))
-        security = tuple((k, options[k]) for k in SECURITY_OPTIONS if options.get(k))
+        # (An empty one is kept: it means none, whatever the task's
+        # environment says, as for GazetteClient.)
+        security = tuple((k, v) for k in SECURITY_OPTIONS if (v := options.get(k)) is not None)
         replication = positive_option(options, "replication",
                                       "a whole number of brokers, at least 1")
         return cls(broker=broker, file_root=options.get("file_root") or None, security=security,

@@ -840,3 +840,18 @@ def test_store_options_reach_the_tasks_gazette_clients(tmp_path: Path) -> None:
     assert blank.client == () and blank.replication is None
     given = StoreOptions.of({"broker": broker, "direct_reads": " False ", "replication": "2"})
     assert given.client == (("direct_reads", False),) and given.replication == 2
+
+
+def test_an_empty_security_option_means_none_whatever_the_environment_says(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """As GazetteClient's keyword: .option("auth_keys", "") is no keys at
+    all in every task, not the task's BROKER_AUTH_KEYS (here unusable)."""
+    from pipeline._stores import StoreOptions
+
+    monkeypatch.setenv("BROKER_AUTH_KEYS", "not base64!")
+    broker = "http://127.0.0.1:9"
+    with pytest.raises(ValueError, match="auth_keys"):
+        StoreOptions.of({"broker": broker}).open()
+    opts = StoreOptions.of({"broker": broker, "auth_keys": ""})
+    assert opts.security == (("auth_keys", ""),)
+    opts.open().close()  # the variable is not read
