@@ -8,6 +8,7 @@ import argparse
 import datetime as dt
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -133,6 +134,14 @@ def _in_flags(text: str, given: dict[str, Any]) -> str:
             text = text.replace(option, variable if from_env else "--" + option.replace("_", "-"))
             named = True
     return text if named else f"--broker: {text}"
+
+
+def security_in_flags(text: str) -> str:
+    """A refusal's advice (``give auth_keys (BROKER_AUTH_KEYS)``) in the
+    command line's words: each GazetteClient keyword as its flag."""
+    for option in SECURITY_OPTIONS:
+        text = re.sub(rf"\b{option}\b", "--" + option.replace("_", "-"), text)
+    return text
 
 
 def security_options(args: argparse.Namespace) -> dict[str, Any]:

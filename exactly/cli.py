@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from exactly import _fsck
 from exactly._append_cmd import cmd_append, cmd_emit
-from exactly._common import SHOWN, UsageError, non_negative, open_store
+from exactly._common import SHOWN, UsageError, non_negative, open_store, security_in_flags
 from exactly._demo_cmd import cmd_demo
 from exactly._journals_cmd import cmd_journals_create, cmd_journals_list, cmd_journals_trim
 from exactly._lag_cmd import add_lag_command
@@ -270,7 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     from consumer import ConsumerError
     from framing import FramingError
-    from journal import JournalError
+    from journal import BrokerAuthError, JournalError
     from message import MessageError
 
     # Started with standard input or output closed (`<&-`, `>&-`): as if
@@ -315,5 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress.done()
         # One line, whatever the error's text (a driver's or a parser's may span several).
         text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        if isinstance(exc, BrokerAuthError):
+            text = security_in_flags(text)  # what to give, as this command takes it
         print(f"exactly: error: {text}{where}", file=sys.stderr)
         return 1

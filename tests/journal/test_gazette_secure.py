@@ -248,6 +248,8 @@ def test_the_command_line_takes_the_same_options(
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("exactly: error:"), r.stderr
     assert c.address in lines[0]
+    # What to give, as the command line takes it.
+    assert "give --cert-file and --cert-key-file" in lines[0], lines[0]
     # Settings the client refuses are said in the command line's words: the
     # flag given, or the variable a setting came from.
     r = run("journals", "list", "--broker", c.address, "--trusted-ca-file", "nope.pem")
