@@ -114,7 +114,8 @@ class ArrowContent:
     protobuf: a message of ``proto_class`` (a class, or its
     ``"package.module.Class"``) whose UUID is in ``uuid_field``; columns are
     fields by name. Values that do not convert to a column's type are null,
-    as in Spark's JSON reader.
+    as in Spark's JSON reader (for NDJSON, a value of another JSON kind than
+    its column's: see ``json_kinds``).
     """
 
     fields: tuple[tuple[str, pa.DataType], ...] = ()
@@ -187,10 +188,33 @@ class ArrowContent:
                 ) -> list[pa.Array]:
         """Content columns of ``rows`` (lists of values, as ``values_of``
         makes for ``content_type``)."""
-        cols = [to_arrow([r[i] for r in rows], typ) for i, (_, typ) in enumerate(self.fields)]
         if content_type == CONTENT_TYPE_JSON_LINES:
-            cols = [from_base64(c) for c in cols]
-        return cols
+            return [from_base64(to_arrow(json_kinds([r[i] for r in rows], typ), typ))
+                    for i, (_, typ) in enumerate(self.fields)]
+        return [to_arrow([r[i] for r in rows], typ) for i, (_, typ) in enumerate(self.fields)]
+
+
+#: The texts JSON holds for the floats it has no number for (as Spark's
+#: ``to_json`` writes them, and its reader reads them into a float column).
+_NON_FINITE_TEXT: Final = {"NaN": float("nan"), "Infinity": float("inf"),
+                           "-Infinity": float("-inf")}
+
+
+def json_kinds(values: list[Any], typ: pa.DataType) -> list[Any]:
+    """JSON ``values`` for a column of ``typ`` as Spark's JSON reader takes
+    them (PERMISSIVE): an integer column takes JSON integers, a float column
+    JSON numbers (and ``NaN``, ``Infinity``, ``-Infinity`` as text), a
+    boolean column ``true`` and ``false``; any other value is null there,
+    not converted (2.5 is no long, ``"7"`` no number, ``1`` no boolean).
+    Other columns' values are returned as they are."""
+    if pa.types.is_integer(typ):
+        return [v if type(v) is int else None for v in values]
+    if pa.types.is_floating(typ):
+        return [v if type(v) in (int, float, decimal.Decimal)
+                else _NON_FINITE_TEXT.get(v) if type(v) is str else None for v in values]
+    if pa.types.is_boolean(typ):
+        return [v if type(v) is bool else None for v in values]
+    return values
 
 
 def from_base64(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,39 @@ def test_schema_as_ddl_or_struct_json_and_acks_option(spark: Any, tmp_path: Path
                                   ("uuid", "string")]
     with pytest.raises(Exception, match="include_acks must be true or false"):
         reader(spark, tmp_path, journal="j", include_acks="maybe").collect()
+
+
+def test_values_of_another_json_kind_read_as_sparks_json_reader_reads_them(
+        spark: Any, tmp_path: Path) -> None:
+    """A value whose JSON kind is not its column's (2.5 or "7" for a long,
+    1 or "true" for a boolean, true or "1.5" for a double) is null, as in
+    spark.read.json over the same documents; a non-string value in a
+    string column is its JSON text; NaN and infinities written as text read
+    back into a double column. Nothing is converted with a loss."""
+    docs = [
+        {"n": 2.5, "b": "true", "d": "1.5", "s": 1, "i": 2**40},
+        {"n": "7", "b": 1, "d": True, "s": {"a": 1}, "i": 3},
+        {"n": 5, "b": False, "d": 2, "s": "x", "i": -4},
+        {"n": 2.0, "b": None, "d": "NaN", "s": True, "i": 1.5},
+        {"n": -(2**63), "b": True, "d": "Infinity", "s": [1, 2], "i": "9"},
+    ]
+    ddl = "n long, b boolean, d double, s string, i int"
+    with LocalJournalStore(tmp_path / "store") as store:
+        store.create("j", NDJSON)
+        pub = Publisher(store)
+        for k, doc in enumerate(docs):
+            pub.publish_committed(lambda d: ("j", "application/x-ndjson"),
+                                  JsonDocument(doc, k=k)).result()
+    ours = reader(spark, tmp_path / "store", journal="j", schema=ddl + ", k int")
+    got = [r.asDict() for r in ours.orderBy("k").select("n", "b", "d", "s", "i").collect()]
+    path = tmp_path / "docs.json"
+    path.write_text("\n".join(json.dumps(d, separators=(",", ":")) for d in docs) + "\n")
+    want = [r.asDict() for r in spark.read.schema(ddl).json(str(path)).collect()]
+    assert [{k: v for k, v in r.items() if k != "d"} for r in got] == \
+        [{k: v for k, v in r.items() if k != "d"} for r in want]
+    ds = [r["d"] for r in got]  # (NaN is not equal to itself)
+    assert ds[:3] == [None, None, 2.0] and math.isnan(ds[3]) and ds[4] == float("inf")
+    assert [r["d"] for r in want][:3] == [None, None, 2.0]
 
 
 def committed_docs(root: Path, journal: str) -> list[Any]:
