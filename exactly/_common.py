@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from exactly._errors import ArgumentsError as ArgumentsError
 from exactly._errors import UsageError as UsageError
 
 CONTENT_TYPES = {
@@ -41,7 +42,7 @@ def _given(args: argparse.Namespace, option: str) -> str | None:
     would else quietly mean the default)."""
     value: str | None = getattr(args, option, None)
     if value is not None and not value.strip():
-        raise UsageError(f"--{option} cannot be empty")
+        raise ArgumentsError(f"--{option} cannot be empty")
     return value
 
 
@@ -52,7 +53,8 @@ def broker_of(args: argparse.Namespace) -> str | None:
     broker = _given(args, "broker")
     root = _given(args, "root")
     if broker and root:
-        raise UsageError("give --root (a local store) or --broker (a Gazette cluster), not both")
+        raise ArgumentsError(
+            "give --root (a local store) or --broker (a Gazette cluster), not both")
     if broker or root:
         return broker or None
     if os.environ.get("EXACTLY_ROOT"):
@@ -111,7 +113,7 @@ def open_store(args: argparse.Namespace, *, must_exist: bool = True,
     from journal import LocalJournalStore
 
     if getattr(args, "file_root", None):
-        raise UsageError("--file-root is for a Gazette cluster's fragment store (--broker)")
+        raise ArgumentsError("--file-root is for a Gazette cluster's fragment store (--broker)")
     root = root_of(args)
     if must_exist and not root.is_dir():
         raise UsageError(f"no journal store at {root} (create a journal first, or pass --root)")

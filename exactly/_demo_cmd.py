@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from exactly._common import UsageError
+from exactly._common import ArgumentsError, UsageError
 from exactly.localcluster import ClusterSecurity, GazetteCluster, SparkCluster
 
 
@@ -62,14 +62,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for option in ("root", "broker"):
         if getattr(args, option, None) is not None:
             # (The demo replaces its store: never one of the user's.)
-            raise UsageError(f"the demo keeps a store of its own, which it replaces: name its"
+            raise ArgumentsError(f"the demo keeps a store of its own, which it replaces: name its"
                              f" directory with --store DIR, not --{option}")
     store = args.store or ("demo-cluster" if args.cluster else "demo-store")
     if args.secure and not args.cluster:
-        raise UsageError("--secure goes with --cluster (the embedded store has no TLS)")
+        raise ArgumentsError("--secure goes with --cluster (the embedded store has no TLS)")
     if args.quick:
         if args.cluster:
-            raise UsageError("--quick runs without Spark or clusters: not with --cluster")
+            raise ArgumentsError("--quick runs without Spark or clusters: not with --cluster")
         return run_quick_demo(Path(store), sys.stdout)
     try:
         from exactly._demo import run_demo  # type: ignore[import-not-found, unused-ignore]

@@ -3,6 +3,7 @@ clusters)::
 
     ExactlyError
      ├── UsageError                 a mistake of the user's, reported as one line
+     │    └── ArgumentsError        a malformed command line (exit status 2)
      ├── ClusterError               exactly.localcluster: building or running a cluster
      │    ├── BuildError            a binary could not be built
      │    │    └── GoNotFoundError  no Go toolchain on PATH
@@ -26,3 +27,9 @@ class ExactlyError(Exception):
 
 class UsageError(ExactlyError):
     """A mistake of the user's, reported as one line."""
+
+
+class ArgumentsError(UsageError):
+    """A malformed command line that the parser alone cannot see: a missing
+    argument, options that do not go together. Exit status 2, as for the
+    parser's own (status 1 is for what the command could not do)."""

@@ -10,6 +10,7 @@ import orjson
 
 from exactly._common import (
     CONTENT_TYPES,
+    ArgumentsError,
     UsageError,
     broker_of,
     counted,
@@ -33,7 +34,7 @@ def cmd_journals_create(args: argparse.Namespace) -> int:
     options: dict[str, int] = {}
     if args.replication is not None:
         if broker_of(args) is None:
-            raise UsageError("--replication is for journals of a Gazette cluster (--broker)")
+            raise ArgumentsError("--replication is for journals of a Gazette cluster (--broker)")
         options["replication"] = args.replication
     if broker_of(args) is None:
         root = root_of(args)
@@ -63,7 +64,7 @@ def _content_type(text: str) -> str:
     from journal import InvalidLabelError, check_content_type
 
     if not text.strip():
-        raise UsageError("--content-type cannot be empty (ndjson, csv, proto, or a full type)")
+        raise ArgumentsError("--content-type cannot be empty (ndjson, csv, proto, or a full type)")
     ct = CONTENT_TYPES.get(text, text)
     try:
         check_content_type(ct)
@@ -129,7 +130,7 @@ def cmd_journals_list(args: argparse.Namespace) -> int:
 
 def cmd_journals_trim(args: argparse.Namespace) -> int:
     if args.before is None and args.older_than is None:
-        raise UsageError("say what to trim: --before OFFSET and/or --older-than DURATION")
+        raise ArgumentsError("say what to trim: --before OFFSET and/or --older-than DURATION")
     older = parse_duration(args.older_than) if args.older_than else None
     with open_store(args) as store:
         before = store.fragments(args.name)

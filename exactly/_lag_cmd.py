@@ -26,6 +26,7 @@ import orjson
 
 from exactly._common import (
     PAST_HEAD_NOTE,
+    ArgumentsError,
     Progress,
     UsageError,
     behind_and_past,
@@ -217,7 +218,7 @@ def _print(rows: list[_Row]) -> None:
 
 def cmd_lag(args: argparse.Namespace) -> int:
     if args.shard_ids and not args.store:
-        raise UsageError("naming shards goes with --store")
+        raise ArgumentsError("naming shards goes with --store")
     if not args.watch:
         return _lag_once(args)
     # --watch ends on Ctrl-C or SIGTERM, between two refreshes (never in the

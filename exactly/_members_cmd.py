@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from exactly._common import UsageError, counted, open_store
+from exactly._common import ArgumentsError, UsageError, counted, open_store
 
 
 def _etcd_options() -> argparse.ArgumentParser:
@@ -85,7 +85,7 @@ def _group(args: argparse.Namespace, timeout: float = 5.0) -> Any:
     from consumer import DEFAULT_ETCD_PREFIX, EtcdClient, ShardGroup
 
     if not args.etcd:
-        raise UsageError("name etcd: --etcd URL, or $ETCD_ADDRESS")
+        raise ArgumentsError("name etcd: --etcd URL, or $ETCD_ADDRESS")
     prefix = args.etcd_prefix or os.environ.get("EXACTLY_ETCD_PREFIX") or DEFAULT_ETCD_PREFIX
     try:
         etcd = EtcdClient(args.etcd, timeout=timeout,

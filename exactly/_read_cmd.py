@@ -12,6 +12,7 @@ import orjson
 
 from exactly._common import (
     CONTENT_TYPES,
+    ArgumentsError,
     Progress,
     UsageError,
     counted,
@@ -28,9 +29,9 @@ def cmd_read(args: argparse.Namespace) -> int:
     if args.format != "json":
         return _read_columns(args)
     if args.selector is not None or args.output is not None or args.schema is not None:
-        raise UsageError("--selector, --output and --schema go with --format arrow or parquet")
+        raise ArgumentsError("--selector, --output and --schema go with --format arrow or parquet")
     if not args.name:
-        raise UsageError("name a journal to read")
+        raise ArgumentsError("name a journal to read")
     from framing import FramingError
     from message import ReadCommittedIter, ReadUncommittedIter, clock_to_unix_ns, get_clock
 
@@ -48,7 +49,8 @@ def cmd_read(args: argparse.Namespace) -> int:
             # filtered by the time in their UUIDs.
             offset = store.offset_since(spec.name, since / 1e9)
         if args.transient and not args.follow:
-            raise UsageError("--transient goes with --follow: emits reach following readers only")
+            raise ArgumentsError(
+                "--transient goes with --follow: emits reach following readers only")
         kwargs: dict[str, Any] = {"offset": offset, "block": args.follow,
                                   "skip_corrupt": args.skip_corrupt}
         if args.transient:
@@ -142,15 +144,15 @@ def _read_columns(args: argparse.Namespace) -> int:
     from journal import CorruptJournalError
 
     if not args.output:
-        raise UsageError(f"--format {args.format} writes a file: name it with --output FILE")
+        raise ArgumentsError(f"--format {args.format} writes a file: name it with --output FILE")
     if bool(args.name) == bool(args.selector):
-        raise UsageError("name a journal, or give --selector, not both")
+        raise ArgumentsError("name a journal, or give --selector, not both")
     for flag, given in (("--follow", args.follow), ("--since", args.since),
                         ("--limit", args.limit is not None)):
         if given:
-            raise UsageError(f"{flag} goes with --format json")
+            raise ArgumentsError(f"{flag} goes with --format json")
     if args.selector and args.offset:
-        raise UsageError("--offset goes with one journal, not --selector")
+        raise ArgumentsError("--offset goes with one journal, not --selector")
     schema = parse_schema(args.schema) if args.schema else None
     cls = ReadUncommittedArrow if args.uncommitted else ReadCommittedArrow
     # A regular file (or a new one) is written beside it under a name of its
@@ -382,9 +384,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     if args.checkpoint:
         if args.open:
-            raise UsageError("--open lists a journal's open transactions, not a checkpoint's")
+            raise ArgumentsError("--open lists a journal's open transactions, not a checkpoint's")
         if args.name:
-            raise UsageError("name a journal, or give --checkpoint FILE, not both")
+            raise ArgumentsError("name a journal, or give --checkpoint FILE, not both")
         try:
             cp = load_checkpoint(args.checkpoint)
         except FileNotFoundError:
@@ -394,7 +396,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if args.open or args.older_than:
         return _inspect_open(args)
     if not args.name:
-        raise UsageError("name a journal to inspect, or pass --checkpoint FILE or --open")
+        raise ArgumentsError("name a journal to inspect, or pass --checkpoint FILE or --open")
     with open_store(args) as store:
         spec = store.get(args.name)
         new_message = new_message_func(spec, args.proto)

@@ -20,7 +20,14 @@ from typing import Any, NoReturn
 
 from exactly import _fsck
 from exactly._append_cmd import cmd_append, cmd_emit
-from exactly._common import SHOWN, UsageError, non_negative, open_store, security_in_flags
+from exactly._common import (
+    SHOWN,
+    ArgumentsError,
+    UsageError,
+    non_negative,
+    open_store,
+    security_in_flags,
+)
 from exactly._demo_cmd import cmd_demo
 from exactly._journals_cmd import cmd_journals_create, cmd_journals_list, cmd_journals_trim
 from exactly._lag_cmd import add_lag_command
@@ -318,4 +325,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, BrokerAuthError):
             text = security_in_flags(text)  # what to give, as this command takes it
         print(f"exactly: error: {text}{where}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, ArgumentsError) else 1

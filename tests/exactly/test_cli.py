@@ -92,14 +92,11 @@ def test_follow_prints_new_messages_promptly(tmp_path: Path) -> None:
     ("args", "stdin", "needle"),
     [
         (("read", "no/such"), None, "no/such"),
-        (("read",), None, "name a journal to read"),
         (("append", "j/x"), "not json\n", "line 1"),
         (("append", "j/x"), "[1, 2]\n", "JSON object"),
         (("journals", "create", "bad name!"), None, "bad name!"),
-        (("journals", "trim", "j/x"), None, "--before"),
         (("read", "j/x", "--since", "yesterday-ish"), None, "not a time"),
         (("inspect", "--checkpoint", "missing.bin"), None, "missing.bin"),
-        (("journals", "create", "j/y", "--content-type", ""), None, "cannot be empty"),
         (("journals", "create", "j/y", "-l", "content-type=text/csv"), None, "--content-type"),
     ],
 )
@@ -120,11 +117,19 @@ def test_user_mistakes_print_one_line(tmp_path: Path, args, stdin, needle) -> No
         (("append",), "required: name"),
         (("read", "j/x", "--limit", "many"), "not a number: 'many'"),
         (("no-such-command",), "invalid choice: 'no-such-command'"),
+        # Malformed in ways the command sees, not the parser: the same status.
+        (("read",), "name a journal to read"),
+        (("inspect",), "name a journal to inspect"),
+        (("journals", "trim", "j/x"), "--before"),
+        (("read", "j/x", "--selector", "a=b"), "go with --format arrow or parquet"),
+        (("--broker", "http://127.0.0.1:9", "journals", "list"), "not both"),
+        (("journals", "create", "j/y", "--content-type", ""), "cannot be empty"),
     ],
 )
 def test_usage_mistakes_print_one_line(tmp_path: Path, args, needle) -> None:
-    """A command line that does not parse prints one line naming the mistake,
-    no usage block and no traceback, and exits 2."""
+    """A command line that does not parse, or misses an argument, or gives
+    options that do not go together, prints one line naming the mistake, no
+    usage block and no traceback, and exits 2."""
     r = run(tmp_path / "store", *args)
     assert r.returncode == 2
     assert "error:" in r.stderr and "Traceback" not in r.stderr
@@ -508,13 +513,16 @@ def test_more_mistakes_are_one_line_never_a_traceback(tmp_path: Path) -> None:
                        (["--root", str(root), "demo", "--quick"], "not --root")):
         r = subprocess.run([sys.executable, "-m", "exactly", *args], capture_output=True,
                            text=True, timeout=60, cwd=tmp_path)
-        assert r.returncode == 1 and says in r.stderr and len(r.stderr.splitlines()) == 1
+        # (malformed command lines: status 2)
+        assert r.returncode == 2 and says in r.stderr and len(r.stderr.splitlines()) == 1
     assert not (tmp_path / "demo-store").exists()
-    for args, says in ((["read", "m/j", "--proto", "x.Y"], "--proto names the message class"),
-                       (["inspect", "m/j", "--checkpoint", "c"], "not both"),
-                       (["inspect", "--checkpoint", "nope"], "no checkpoint file nope")):
+    for args, says, status in ((["read", "m/j", "--proto", "x.Y"],
+                                "--proto names the message class", 1),
+                               (["inspect", "m/j", "--checkpoint", "c"], "not both", 2),
+                               (["inspect", "--checkpoint", "nope"], "no checkpoint file nope", 1)):
         r = run(root, *args)
-        assert r.returncode == 1 and says in r.stderr and len(r.stderr.splitlines()) == 1
+        assert r.returncode == status and says in r.stderr, (args, r.stderr)
+        assert len(r.stderr.splitlines()) == 1
     assert ok(root, "--version").startswith("exactly ")
     # --format lines: each line as it is, in a CSV journal a record of one field.
     ok(root, "journals", "create", "m/c", "-t", "csv")

@@ -73,7 +73,8 @@ def test_create_takes_a_replication_and_refuses_bad_names_clearly(
         "exactly: error: invalid journal name 'bad name!': only letters, digits and the"
         " symbols -_+/.=% are allowed"], r.stderr
     r = run("--root", str(tmp_path), "journals", "create", "x", "--replication", "2")
-    assert r.returncode == 1 and "--replication is for journals of a Gazette cluster" in r.stderr
+    # (an option that does not go with the store: a malformed command line, status 2)
+    assert r.returncode == 2 and "--replication is for journals of a Gazette cluster" in r.stderr
 
 
 def test_interrupted_transaction_is_finished_from_the_cluster(
@@ -122,9 +123,10 @@ def test_fsck_reads_cluster_journals(gazette_cluster: Any, gazette_prefix: str) 
 
 def test_cluster_errors_are_one_line(tmp_path: Path) -> None:
     """--root with --broker, a bad URL, and a cluster that does not answer:
-    one `exactly: error:` line each, exit status 1."""
+    one `exactly: error:` line each, exit status 1 (2 for the first: a
+    malformed command line)."""
     r = run("journals", "list", "--root", str(tmp_path), "--broker", "http://127.0.0.1:1")
-    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "not both" in r.stderr
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "not both" in r.stderr
     r = run("journals", "list", "--broker", "127.0.0.1:8080")
     assert r.returncode == 1 and r.stderr.startswith("exactly: error:")
     with socket.socket() as s:
