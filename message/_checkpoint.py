@@ -36,6 +36,8 @@ def _state_key(s: ProducerState) -> tuple[str, bytes]:
     return (s.journal, s.producer)
 
 
+#: The members of a JSON checkpoint (``Checkpoint.to_dict``).
+_JSON_KEYS: Final = frozenset({"offsets", "states", "ack_intents"})
 _INT64_MAX: Final = (1 << 63) - 1
 _UINT64_MAX: Final = (1 << 64) - 1
 
@@ -188,6 +190,11 @@ class Checkpoint:
         ``CheckpointError`` naming it."""
         if not isinstance(doc, dict):
             raise CheckpointError(f"a JSON checkpoint is an object, not {type(doc).__name__}")
+        if doc and not doc.keys() & _JSON_KEYS:
+            # Some other JSON document: not an empty checkpoint.
+            raise CheckpointError(
+                "not a JSON checkpoint: an object with none of offsets, states and ack_intents"
+                f" (its keys: {', '.join(sorted(map(str, doc))[:5])})")
         offsets: dict[str, int] = {}
         for j, o in _object(doc, "offsets").items():
             offsets[j] = _number(o, f"the offset of {j}", 0, _INT64_MAX)

@@ -358,12 +358,19 @@ def _state(**fields: Any) -> str:
     ('{"states": [3]}', "states[0]"),
     ('{"ack_intents": {"a/j": "***"}}', "ACK intent of a/j"),
     ('{"ack_intents": []}', "ack_intents"),
+    # Some other JSON document is no empty checkpoint.
+    ('{"page": "/home"}', "none of offsets, states and ack_intents (its keys: page)"),
 ])
 def test_malformed_json_checkpoints_fail_at_decode_naming_the_field(text: str, field: str) -> None:
     """Every number is checked at decode: its type (an integer, not a bool
     or a float) and its range, as the protobuf fields hold them."""
     with pytest.raises(CheckpointError, match=re.escape(field)):
         Checkpoint.from_json(text)
+
+
+def test_an_empty_json_object_is_an_empty_checkpoint() -> None:
+    assert Checkpoint.from_json("{}") == Checkpoint()
+    assert Checkpoint.from_json('{"offsets": {}}') == Checkpoint()
 
 
 def test_malformed_protobuf_checkpoints_fail_at_decode() -> None:
