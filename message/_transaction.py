@@ -323,8 +323,10 @@ class Transaction(CommitsOnExit):
         self._publish = self._appends.recorder(publisher.publish_uncommitted)
         # The instance's publish is the recorder itself: no Python call per
         # message. Closed when the transaction ends, so that a publish bound
-        # before then raises after it too (see the method below).
-        self.publish = self._publish  # type: ignore[method-assign]
+        # before then raises after it too (see the method below). A subclass
+        # that overrides publish keeps its own.
+        if type(self).publish is Transaction.publish:
+            self.publish = self._publish  # type: ignore[method-assign]
         self._done = False
 
     @property

@@ -96,7 +96,8 @@ class PipelinedTransaction(CommitsOnExit):
         self._publish = self._appends.recorder(publisher.publish_uncommitted)
         # The instance's publish is the recorder itself: no Python call per
         # message; closed when the transaction ends (see Transaction).
-        self.publish = self._publish  # type: ignore[method-assign]
+        if type(self).publish is PipelinedTransaction.publish:
+            self.publish = self._publish  # type: ignore[method-assign]
         self.committed: Future[list[AckIntent]] = Future()
         self._ended = False
 

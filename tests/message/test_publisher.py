@@ -422,6 +422,20 @@ def test_a_publish_bound_before_the_end_refuses_after_it(client, end: str) -> No
     assert committed(client, "journal/one") == (["a"] if end == "commit" else [])
 
 
+def test_a_subclass_overriding_publish_keeps_its_own(client) -> None:
+    """The fast publish of an instance does not bypass a subclass's publish."""
+    seen: list[str] = []
+
+    class Logged(Transaction):
+        def publish(self, mapping, msg):  # type: ignore[no-untyped-def]
+            seen.append(msg.s)
+            return super().publish(mapping, msg)
+
+    with Logged(Publisher(client)) as txn:
+        txn.publish(to("journal/one"), Doc("a"))
+    assert seen == ["a"] and committed(client, "journal/one") == ["a"]
+
+
 def test_a_large_transaction_keeps_only_appends_not_done(client) -> None:
     """Memory does not grow with the transaction: done futures are dropped,
     and a failure among them is still reported at commit."""
