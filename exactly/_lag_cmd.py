@@ -131,7 +131,7 @@ class _Counted:
 
 def _measure(store: Any, consumer: str, cp: Any, proto: str | None,
              counted: dict[tuple[str, str], _Counted] | None = None) -> list[_Row]:
-    from journal import JournalError
+    from journal import JournalNotFoundError
     from message import Checkpoint, ReadCommittedIter, clock_to_unix_ns, get_clock
 
     counted = {} if counted is None else counted
@@ -142,8 +142,9 @@ def _measure(store: Any, consumer: str, cp: Any, proto: str | None,
         try:
             spec = store.get(journal)
             row.head = store.head(journal)
-        except JournalError:
-            continue
+        except JournalNotFoundError:
+            continue  # gone (another journal error, such as a cluster that
+            # does not answer, is the command's error: not a journal gone)
         if row.head <= offset:
             row.messages = 0
             continue

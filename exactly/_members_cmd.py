@@ -21,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from exactly._common import ArgumentsError, UsageError, counted, open_store
+from exactly._common import ArgumentsError, UsageError, counted, non_empty, open_store
 
 
 def _etcd_options() -> argparse.ArgumentParser:
@@ -29,7 +29,7 @@ def _etcd_options() -> argparse.ArgumentParser:
     p.add_argument("--etcd", metavar="URL", default=os.environ.get("ETCD_ADDRESS"),
                    help="etcd, where the group's shards and claims are kept, e.g."
                         " http://127.0.0.1:2379 (default: $ETCD_ADDRESS)")
-    p.add_argument("--etcd-prefix", metavar="PREFIX", default=None,
+    p.add_argument("--etcd-prefix", metavar="PREFIX", default=None, type=non_empty,
                    help="the group's etcd prefix: one per application (default:"
                         " $EXACTLY_ETCD_PREFIX, else /exactly/consumer)")
     p.add_argument("--etcd-trusted-ca-file", metavar="FILE",
@@ -71,9 +71,9 @@ def add_member_commands(shards_sub: Any, sub: Any,
                          " one, named by its module and attribute (my.module:WordCount)")
     sv.add_argument("--lease-ttl", type=int, default=None, metavar="SECONDS",
                     help="a dead member's shards move elsewhere within this (default 10)")
-    sv.add_argument("--member-id", default=None,
+    sv.add_argument("--member-id", default=None, type=non_empty,
                     help="this member's name in the group (default: host, PID, random)")
-    sv.add_argument("--host", default=None,
+    sv.add_argument("--host", default=None, type=non_empty,
                     help="the machine local stores live on; members sharing a filesystem"
                          " may give one name (default: this host's name)")
     sv.add_argument("--log-level", default="info",

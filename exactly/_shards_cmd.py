@@ -108,7 +108,7 @@ def _describe(shard: str, cp: Any, heads: dict[str, int | None]) -> dict[str, An
 
 
 def cmd_shards_show(args: argparse.Namespace) -> int:
-    from journal import JournalError
+    from journal import JournalError, JournalNotFoundError
 
     checkpoints = checkpoints_of(args.store)
     wanted = args.shard_ids or sorted(checkpoints)
@@ -127,9 +127,10 @@ def cmd_shards_show(args: argparse.Namespace) -> int:
             for j in sorted(journals):
                 try:
                     heads[j] = client.head(j)
-                except JournalError:
-                    heads[j] = None
-    except UsageError as exc:
+                except JournalNotFoundError:
+                    heads[j] = None  # (shown as ?: the journal is gone)
+    except (UsageError, JournalError) as exc:
+        # The checkpoints are the store's, and shown; the heads are not known.
         note = f"(write heads unknown: {exc})"
     for shard in wanted:
         doc = _describe(shard, checkpoints[shard], heads)

@@ -354,3 +354,17 @@ def test_an_etcd_that_serves_tls_and_asks_for_a_certificate(tls_etcd: Any) -> No
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"exactly: error: etcd at {url}"), lines
         assert time.monotonic() - began < 30
+
+
+def test_empty_values_are_malformed_not_the_default() -> None:
+    """An empty --etcd-prefix (an unset $PREFIX in a script) would have
+    meant the default group, changed silently; an empty --member-id or
+    --host a made-up one. Each is a malformed command line: one line, 2."""
+    etcd = ("--etcd", "http://127.0.0.1:9")
+    for args in (("shards", "list", *etcd, "--etcd-prefix", ""),
+                 ("shards", "apply", "-", *etcd, "--etcd-prefix", ""),
+                 ("serve", "x:y", *etcd, "--member-id", ""),
+                 ("serve", "x:y", *etcd, "--host", " ")):
+        r = run(*args, input="shards: []")
+        assert r.returncode == 2, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "cannot be empty" in r.stderr

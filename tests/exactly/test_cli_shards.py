@@ -69,6 +69,22 @@ def test_without_journals_the_lag_is_unknown(served: Path) -> None:
     assert "?" in r.stdout and "write heads unknown" in r.stdout
 
 
+def test_a_cluster_that_does_not_answer_is_said_so_not_taken_for_journals_gone(
+        served: Path) -> None:
+    """Heads asked of a broker where nothing answers: `shards show` shows
+    the checkpoint and says the heads are unknown, why and where; `lag`
+    fails with one line naming the address (it printed `gone`, exit 0)."""
+    dead = "http://127.0.0.1:9"
+    r = run("--broker", dead, "shards", "show", "--store", "state.db", cwd=served)
+    assert r.returncode == 0, r.stderr
+    assert "shard count" in r.stdout
+    assert "write heads unknown" in r.stdout and dead in r.stdout, r.stdout
+    r = run("--broker", dead, "lag", "--store", "state.db", cwd=served)
+    assert r.returncode == 1 and "gone" not in r.stdout, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("exactly: error:") and dead in lines[0]
+
+
 @pytest.mark.parametrize(("args", "error"), [
     (["--store", "nowhere.db"], "no store at nowhere.db"),
     (["--store", "state.db", "other"], "no shard other in state.db (it holds: count)"),
