@@ -168,8 +168,8 @@ def cmd_shards_list(args: argparse.Namespace) -> int:
                 home += ")" if host in hosts else ": no live member there)"
             print(f"  {s['id']:<{width}}  {who:<28}  {', '.join(s['sources'])}{home}")
     for m in members:
-        print(f"  member {m['id']} on {m['host']} (pid {m['pid']}): {m['shards']} shards,"
-              f" share {m['share']}")
+        print(f"  member {m['id']} on {m['host']} (pid {m['pid']}):"
+              f" {counted(m['shards'], 'shard')}, share {m['share']}")
     for line in view.unreadable:
         print(f"  unreadable: {line}")
     return 0
