@@ -62,8 +62,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     for option in ("root", "broker"):
         if getattr(args, option, None) is not None:
             # (The demo replaces its store: never one of the user's.)
-            raise ArgumentsError(f"the demo keeps a store of its own, which it replaces: name its"
-                             f" directory with --store DIR, not --{option}")
+            raise ArgumentsError(f"the demo keeps a store of its own, which it replaces: name"
+                                 f" its directory with --store DIR, not --{option}")
     store = args.store or ("demo-cluster" if args.cluster else "demo-store")
     if args.secure and not args.cluster:
         raise ArgumentsError("--secure goes with --cluster (the embedded store has no TLS)")

@@ -327,7 +327,6 @@ class Transaction(CommitsOnExit):
         # that overrides publish keeps its own.
         if type(self).publish is Transaction.publish:
             self.publish = self._publish  # type: ignore[method-assign]
-        self._done = False
 
     @property
     def client(self) -> JournalClient:
@@ -340,9 +339,8 @@ class Transaction(CommitsOnExit):
         return self._publish(mapping, msg)
 
     def _end(self) -> None:
-        if self._done:
+        if self._publish.closed:
             raise RuntimeError(ENDED)
-        self._done = True
         self._publish.close(ENDED)
 
     def commit(self) -> list[AckIntent]:
@@ -377,4 +375,4 @@ class Transaction(CommitsOnExit):
     @property
     def ended(self) -> bool:
         """True once :meth:`commit` or :meth:`abort` was called."""
-        return self._done
+        return self._publish.closed

@@ -99,7 +99,6 @@ class PipelinedTransaction(CommitsOnExit):
         if type(self).publish is PipelinedTransaction.publish:
             self.publish = self._publish  # type: ignore[method-assign]
         self.committed: Future[list[AckIntent]] = Future()
-        self._ended = False
 
     def publish(self, mapping: MappingFunc, msg: Message) -> Future[AppendResult]:
         """Publish ``msg`` as part of the transaction (``RuntimeError`` once
@@ -120,16 +119,15 @@ class PipelinedTransaction(CommitsOnExit):
         return self.committed
 
     def _end(self, commit: bool) -> None:
-        if self._ended:
+        if self._publish.closed:
             raise RuntimeError(ENDED)
-        self._ended = True
         self._publish.close(ENDED)
         self._end_with(self, commit)
 
     @property
     def ended(self) -> bool:
         """True once :meth:`commit` or :meth:`abort` was called."""
-        return self._ended
+        return self._publish.closed
 
     def settle(self) -> None:
         """Wait for the transaction's messages to be durable (raising the

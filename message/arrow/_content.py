@@ -29,7 +29,7 @@ from journal import JournalClient, JournalSpec, read_all
 
 from .._interfaces import Message
 from .._types import DEFAULT_UUID_PATH, CSVRecord, document_type, proto_message_type
-from ._encode import nested_types
+from ._encode import NON_FINITE, nested_types
 
 if TYPE_CHECKING:
     Array = np.ndarray[Any, Any]
@@ -194,10 +194,9 @@ class ArrowContent:
         return [to_arrow([r[i] for r in rows], typ) for i, (_, typ) in enumerate(self.fields)]
 
 
-#: The texts JSON holds for the floats it has no number for (as Spark's
-#: ``to_json`` writes them, and its reader reads them into a float column).
-_NON_FINITE_TEXT: Final = {"NaN": float("nan"), "Infinity": float("inf"),
-                           "-Infinity": float("-inf")}
+#: The texts JSON holds for the floats it has no number for, back to the
+#: float (the inverse of what writes put: Spark's reader reads them so).
+_NON_FINITE_TEXT: Final = {text: float(value) for value, text in NON_FINITE.items()}
 
 
 def json_kinds(values: list[Any], typ: pa.DataType) -> list[Any]:

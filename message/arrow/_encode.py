@@ -139,14 +139,14 @@ def _needs_json_form(typ: pa.DataType) -> bool:
 
 #: How Spark's ``to_json`` writes the floats JSON has no number for (and
 #: its JSON reader reads them back).
-_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 
 
 def _json_value(value: Any, typ: pa.DataType) -> Any:
     if value is None:
         return None
     if isinstance(value, float):
-        return value if math.isfinite(value) else _NON_FINITE[str(value)]
+        return value if math.isfinite(value) else NON_FINITE[str(value)]
     if pa.types.is_map(typ):
         return {str(k): _json_value(v, typ.item_type) for k, v in value}
     if pa.types.is_decimal(typ):
