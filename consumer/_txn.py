@@ -41,11 +41,10 @@ from message import (
     Envelope,
     ProducerState,
     Publisher,
-    clock_to_unix_ns,
-    get_clock,
 )
 
 from ._errors import FencedError, StoreError
+from ._lag import SourceLag
 from ._shard import Shard, ShardSpec
 
 if TYPE_CHECKING:
@@ -134,10 +133,11 @@ class ShardLoop:
         self._other_offsets: dict[str, int] = {}
         self._other_states: list[ProducerState] = []
         self._next: Callable[[float | None], Envelope | None] = _not_started
-        # With metrics on: the last envelope consumed of each source, and
-        # when each source's write head was last asked for (and what it was).
+        # The last envelope consumed of each source; what the shard
+        # committed, for its lag (measured when metrics are scraped).
         self._last: dict[str, Envelope] = {}
-        self._heads: dict[str, tuple[float, int]] = {}
+        head = getattr(client, "head", None)  # (a client that cannot say has no lag)
+        self._lag = None if head is None else SourceLag(spec.id, head, spec.sources)
 
     # -- control, from the runner's thread ------------------------------------
 
@@ -174,6 +174,7 @@ class ShardLoop:
             if isinstance(exc, FencedError):
                 metrics.record_fenced(self.spec.id)
         finally:
+            metrics.forget_source_lag(self)
             self._shutdown()
             self.finished = True
             _SERVING.discard(self)
@@ -192,6 +193,9 @@ class ShardLoop:
         sources = set(spec.sources)
         self._other_offsets = {j: o for j, o in cp.offsets.items() if j not in sources}
         self._other_states = [s for s in cp.states if s.journal not in sources]
+        if self._lag is not None:
+            self._lag.committed(cp.offsets, self._last)
+            metrics.report_source_lag(self, spec.id, self._lag.measure)
         for journal in spec.sources:
             self._sources.append(CommittedSource(
                 self._client, journal, app.new_message, offset=cp.offsets.get(journal, 0),
@@ -382,42 +386,17 @@ class ShardLoop:
             append(i.journal, i.intent)
         self.transactions += 1
         self.messages += count
+        if self._lag is not None:
+            self._lag.committed(offsets, self._last)
         if metrics.enabled():
             done = time.monotonic()
             metrics.record_transaction(shard.id, count, done - began, done - committing)
-            self._record_lag(offsets)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "shard %s: transaction %d committed: %d messages, %.1f ms consuming,"
                 " %.1f ms committing", shard.id, self.transactions, count,
                 (committing - began) * 1e3, (time.monotonic() - committing) * 1e3,
             )
-
-    def _record_lag(self, offsets: dict[str, int]) -> None:
-        """With metrics on: how far behind each source the shard just
-        committed. Write heads are asked for at most once a second."""
-        head = getattr(self._client, "head", None)
-        if head is None:
-            return  # a client that cannot say (not a JournalStore)
-        now = time.monotonic()
-        for src in self._sources:
-            journal = src.journal
-            known = self._heads.get(journal)
-            if known is None or now - known[0] >= 1.0:
-                try:
-                    known = self._heads[journal] = (now, head(journal))
-                except Exception as exc:  # metrics never stop a shard
-                    log.debug("shard %s: no head of %s for metrics: %s",
-                              self.spec.id, journal, exc)
-                    continue
-            behind = max(0, known[1] - offsets.get(journal, 0))
-            seconds = 0.0
-            last = self._last.get(journal)
-            if behind and last is not None:
-                clock = get_clock(last.message.get_uuid())
-                if clock:
-                    seconds = max(0.0, (time.time_ns() - clock_to_unix_ns(clock)) / 1e9)
-            metrics.record_source_lag(self.spec.id, journal, behind, seconds)
 
     def _shutdown(self) -> None:
         """Release everything; on a failure, roll back the open transaction's

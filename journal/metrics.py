@@ -15,7 +15,10 @@ transaction or a replay, never per message; while metrics are off each is
 one test of a module global. What does happen per message (a message
 published, a duplicate dropped) is counted by the component itself in a
 plain integer, as the native core counts it, and read only when scraped
-(``counter_source``). ``prometheus_client`` is imported by ``enable`` alone.
+(``counter_source``). What must move while its owner does not (a consumer
+shard stuck in its application still falls behind) is measured when scraped
+too (``report_source_lag``). ``prometheus_client`` is imported by ``enable``
+alone.
 """
 
 from __future__ import annotations
@@ -33,8 +36,8 @@ __all__ = [
     "enable", "disable", "enabled", "start_http_server",
     # for the packages that record
     "counter_source", "record_batch", "record_replay", "record_open_spans",
-    "forget_open_spans", "record_transaction", "record_fenced", "record_source_lag",
-    "record_spark_progress", "COUNTED",
+    "forget_open_spans", "record_transaction", "record_fenced", "report_source_lag",
+    "forget_source_lag", "record_spark_progress", "COUNTED", "SCRAPE_WAIT",
 ]
 
 #: Seconds buckets of append batches and consumer commits: from a cached
@@ -45,6 +48,9 @@ LATENCY_BUCKETS: Final = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0
 TXN_BUCKETS: Final = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: Message-count buckets of consumer transactions.
 COUNT_BUCKETS: Final = (1, 10, 100, 1_000, 10_000, 100_000, 1_000_000)
+#: How long a scrape waits, at most, for what is measured when scraped
+#: (consumer shards' write heads); past it, what was known before is served.
+SCRAPE_WAIT: Final = 2.0
 
 #: The counters that components keep themselves in plain integers (per
 #: message, natively where built), read when scraped: name -> help.
@@ -117,13 +123,6 @@ class _Instruments:
             s, LATENCY_BUCKETS)
         self.fenced = counter("exactly_consumer_fenced",
                               "Shards stopped because a newer instance fenced them off.", s)
-        self.lag_bytes = gauge("exactly_consumer_source_lag_bytes",
-                               "Bytes of a source journal past a shard's last commit.",
-                               ("shard", "journal"))
-        self.lag_seconds = gauge(
-            "exactly_consumer_source_lag_seconds",
-            "Age of the last message a shard consumed from a source, while it is behind"
-            " (0 once caught up).", ("shard", "journal"))
         q = ("query",)
         self.spark_read = counter("exactly_spark_source_rows",
                                   "Rows a streaming query read from journal sources.", q)
@@ -147,6 +146,11 @@ _sources: list[Callable[[], Mapping[str, int]]] = []
 # spans, ns since the epoch of the oldest's first message or None, producers).
 _spans: dict[object, dict[str, tuple[int, int | None, int]]] = {}
 _spans_lock: Final = threading.Lock()
+# Consumer shards serving in this process: owner -> (shard, measure), where
+# measure(deadline) gives journal -> (lag bytes, lag seconds). Kept while
+# metrics are off too (a shard may start before they are turned on).
+_lags: dict[object, tuple[str, Callable[[float], Mapping[str, tuple[int, float]]]]] = {}
+_lags_lock: Final = threading.Lock()
 
 
 def enable(registry: CollectorRegistry | None = None) -> None:
@@ -267,13 +271,20 @@ def record_fenced(shard: str) -> None:
         on.fenced.labels(shard).inc()
 
 
-def record_source_lag(shard: str, journal: str, lag_bytes: int, lag_seconds: float) -> None:
-    """How far ``shard`` is behind its source ``journal`` at a commit."""
-    on = _on
-    if on is None:
-        return
-    on.lag_bytes.labels(shard, journal).set(lag_bytes)
-    on.lag_seconds.labels(shard, journal).set(lag_seconds)
+def report_source_lag(owner: object, shard: str,
+                      measure: Callable[[float], Mapping[str, tuple[int, float]]]) -> None:
+    """A consumer shard (``owner``) serves here: each scrape calls
+    ``measure(deadline)`` for its lag, source journal -> (bytes, seconds),
+    and ``measure`` returns by ``deadline`` (``time.monotonic()``) what it
+    knows then. ``forget_source_lag`` drops it when the shard stops."""
+    with _lags_lock:
+        _lags[owner] = (shard, measure)
+
+
+def forget_source_lag(owner: object) -> None:
+    """The shard ``owner`` stopped serving here: its lag is no longer served."""
+    with _lags_lock:
+        _lags.pop(owner, None)
 
 
 def record_spark_progress(query: str, read: int, written: int, behind: int | None) -> None:
@@ -291,7 +302,8 @@ def record_spark_progress(query: str, read: int, written: int, behind: int | Non
 
 class _Pulled:
     """The collector of what is read when scraped: the components' own
-    counters, and the open transactions committed readers reported."""
+    counters, the open transactions committed readers reported, and the lag
+    of the consumer shards serving."""
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -329,3 +341,33 @@ class _Pulled:
         yield spans
         yield age
         yield tracked
+        yield from _lag_families()
+
+
+def _lag_families() -> Iterator[Any]:
+    from prometheus_client.core import GaugeMetricFamily
+
+    with _lags_lock:
+        serving = list(_lags.values())
+    deadline = time.monotonic() + SCRAPE_WAIT
+    lags: dict[tuple[str, str], tuple[int, float]] = {}
+    for shard, measure in serving:
+        try:
+            measured = measure(deadline)
+        except Exception:
+            continue  # a scrape serves what it can
+        for journal, lag in measured.items():
+            lags[(shard, journal)] = lag
+    labels = ("shard", "journal")
+    nbytes = GaugeMetricFamily("exactly_consumer_source_lag_bytes",
+                               "Bytes of a source journal past a shard's last commit.",
+                               labels=labels)
+    seconds = GaugeMetricFamily(
+        "exactly_consumer_source_lag_seconds",
+        "While a shard is behind a source, the age of the last message it committed from it"
+        " (0 once caught up).", labels=labels)
+    for key, (b, s) in sorted(lags.items()):
+        nbytes.add_metric(key, b)
+        seconds.add_metric(key, s)
+    yield nbytes
+    yield seconds

@@ -12,8 +12,8 @@ every journal's name after PREFIX):
   committed reader with a ring of 2 envelopes reads it all (a replay) and
   checkpoints.
 - ``in/p0`` holds 2000 messages that consumer shard ``s1`` reads slowly
-  (a lag), publishing one message to ``out/p0`` for each, until a second
-  store instance fences it off.
+  (a lag, served while it serves), publishing one message to ``out/p0``
+  for each, until a second store instance fences it off.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import json
 import sys
 import time
 from typing import Any
+
+from prometheus_client import REGISTRY
 
 from consumer import FencedError, JSONFileStore, Runner, Shard, ShardSpec
 from journal import LocalJournalStore, metrics
@@ -128,6 +130,9 @@ def main() -> int:
         runner.start()
         while facts["commits"] < 2:
             time.sleep(0.01)
+        # Behind while it serves (measured now, as a scrape does).
+        facts["lag_seen"] = REGISTRY.get_sample_value(
+            "exactly_consumer_source_lag_bytes", {"shard": "s1", "journal": IN})
         JSONFileStore(f"{root}/state-s1").restore_checkpoint(Shard(spec, store))  # fences
         while not facts["fenced"]:
             time.sleep(0.01)

@@ -32,16 +32,21 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 
 def sampler(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]
-            ) -> Callable[..., float]:
-    def value(name: str, **labels: str) -> float:
+            ) -> Callable[..., Any]:
+    """``value(name, **labels)``: the sample served (asserted to be), or,
+    with ``served=False``, None (asserted not to be)."""
+    def value(name: str, served: bool = True, **labels: str) -> Any:
         key = (name, tuple(sorted(labels.items())))
+        if not served:
+            assert key not in samples, f"{name}{labels} served: {samples[key]}"
+            return None
         assert key in samples, f"{name}{labels} not served"
         return samples[key]
 
     return value
 
 
-def run_child(args: list[str], check: Callable[[dict[str, Any], Callable[..., float]], None],
+def run_child(args: list[str], check: Callable[[dict[str, Any], Callable[..., Any]], None],
               ) -> None:
     """Run tests/metrics_child.py, then ``check(facts, value)`` while it is
     up; ``value(name, **labels)`` reads one scraped sample (scraped anew
@@ -109,8 +114,8 @@ def check_scenario(prefix: str, client: str) -> Callable[[dict[str, Any], Any], 
         assert value("exactly_sequencer_open_spans", journal=a) == 1
         assert value("exactly_sequencer_producers", journal=a) == facts["producers"] == 2
         assert 0 < value("exactly_sequencer_oldest_open_span_seconds", journal=a) < 120
-        # The consumer shard: its commits, the messages in them, the fence,
-        # and the lag it was left with.
+        # The consumer shard: its commits, the messages in them, the fence;
+        # it fell behind, and its lag went with it when it stopped serving.
         assert facts["commits"] >= 2 and facts["fenced"]
         assert value("exactly_consumer_transactions_total", shard="s1") == facts["commits"]
         assert value("exactly_consumer_transaction_messages_count",
@@ -119,10 +124,9 @@ def check_scenario(prefix: str, client: str) -> Callable[[dict[str, Any], Any], 
                      shard="s1") == facts["consumed_committed"]
         assert value("exactly_consumer_commit_seconds_count", shard="s1") == facts["commits"]
         assert value("exactly_consumer_fenced_total", shard="s1") == 1
-        assert facts["lag_bytes"] > 0
-        assert value("exactly_consumer_source_lag_bytes", shard="s1",
-                     journal=inp) == facts["lag_bytes"]
-        assert value("exactly_consumer_source_lag_seconds", shard="s1", journal=inp) > 0
+        assert facts["lag_bytes"] > 0 and facts["lag_seen"] > 0
+        for name in ("exactly_consumer_source_lag_bytes", "exactly_consumer_source_lag_seconds"):
+            value(name, served=False, shard="s1", journal=inp)
 
     return check
 
@@ -198,3 +202,75 @@ def test_enable_disable_in_a_registry_of_ones_own() -> None:
     assert not metrics.enabled()
     assert registry.get_sample_value("exactly_messages_published_total") is None
     metrics.record_transaction("t", 5, 0.5, 0.01)  # off: nothing, and no error
+
+
+def test_a_stuck_shards_lag_grows_while_it_commits_nothing_and_goes_when_it_stops(
+        tmp_path: Path) -> None:
+    """A shard's lag is measured when scraped: stuck in consume_message, it
+    commits nothing, and yet its lag in bytes follows the write head and its
+    lag in seconds grows; once it stops serving, its series are gone."""
+    import threading
+
+    from prometheus_client import CollectorRegistry
+
+    from consumer import Application, JSONFileStore, Runner, ShardSpec
+    from journal import LocalJournalStore, metrics
+    from message import JsonDocument, Publisher
+
+    to = lambda msg: ("in/p0", "application/x-ndjson")  # noqa: E731
+    stuck, release = threading.Event(), threading.Event()
+
+    class App(Application):
+        def new_store(self, shard: Any) -> JSONFileStore:
+            return JSONFileStore(tmp_path / "state")
+
+        def new_message(self, spec: Any) -> JsonDocument:
+            return JsonDocument()
+
+        def consume_message(self, shard: Any, store: Any, env: Any, publisher: Any) -> None:
+            if env.message["n"] == 5:
+                stuck.set()
+                release.wait(60)
+
+    registry = CollectorRegistry()
+    metrics.enable(registry)
+    store = LocalJournalStore(tmp_path / "journals")
+    runner = Runner(store, App(), [ShardSpec("s1", ["in/p0"], max_txn_duration=0.01)])
+    labels = {"shard": "s1", "journal": "in/p0"}
+
+    def lag() -> tuple[float | None, float | None]:
+        return (registry.get_sample_value("exactly_consumer_source_lag_bytes", labels),
+                registry.get_sample_value("exactly_consumer_source_lag_seconds", labels))
+
+    try:
+        store.create("in/p0", {"content-type": "application/x-ndjson"})
+        pub = Publisher(store)
+        for n in range(5):
+            pub.publish_committed(to, JsonDocument(n=n))
+        runner.run_until_idle(timeout=30)
+        assert lag() == (0, 0)  # caught up
+        committed_head = store.head("in/p0")
+        for n in range(5, 8):
+            pub.publish_committed(to, JsonDocument(n=n))
+        store.flush()
+        assert stuck.wait(30)
+        time.sleep(1.1)  # (write heads are asked for at most once a second)
+        behind, first = lag()
+        assert behind == store.head("in/p0") - committed_head > 0
+        assert first is not None and first >= 1.0  # message 4, its last commit, is that old
+        pub.publish_committed(to, JsonDocument(n=8))
+        store.flush()
+        time.sleep(1.1)
+        more, later = lag()
+        assert more == store.head("in/p0") - committed_head > behind  # it follows the head
+        assert later is not None and later >= first + 1.0
+        release.set()
+        runner.run_until_idle(timeout=30)
+        assert lag() == (0, 0)
+        runner.stop()
+        assert lag() == (None, None)  # it no longer serves here
+    finally:
+        release.set()
+        runner.stop()
+        store.close()
+        metrics.disable()
