@@ -90,7 +90,8 @@ _LAZY = {
     "DEFAULT_ETCD_PREFIX": "._group", "Claim": "._group", "GroupView": "._group",
     "MemberInfo": "._group", "ShardGroup": "._group", "SpecFileError": "._group",
     "read_spec_file": "._group",
-    "DEFAULT_LEASE_TTL": "._member", "Member": "._member", "StoreElsewhereError": "._member",
+    "DEFAULT_LEASE_TTL": "._member", "MIN_LEASE_TTL": "._member", "Member": "._member",
+    "StoreElsewhereError": "._member",
 }
 
 if TYPE_CHECKING:
@@ -103,6 +104,7 @@ if TYPE_CHECKING:
     from ._group import SpecFileError as SpecFileError
     from ._group import read_spec_file as read_spec_file
     from ._member import DEFAULT_LEASE_TTL as DEFAULT_LEASE_TTL
+    from ._member import MIN_LEASE_TTL as MIN_LEASE_TTL
     from ._member import Member as Member
     from ._member import StoreElsewhereError as StoreElsewhereError
 else:
@@ -124,7 +126,7 @@ __all__ = [
     "ShardSpec", "Shard", "Application", "Store",
     # running it: in one process, or as members of a group kept in etcd
     "Runner", "Member", "ShardGroup", "EtcdClient", "read_spec_file", "DEFAULT_ETCD_PREFIX",
-    "DEFAULT_LEASE_TTL", "GroupView", "MemberInfo", "Claim",
+    "DEFAULT_LEASE_TTL", "MIN_LEASE_TTL", "GroupView", "MemberInfo", "Claim",
     # stores
     "JSONFileStore", "SQLiteStore", "PostgresStore", "SQLStore",
     # errors

@@ -191,6 +191,14 @@ class Member:
                                 if v.stopping is None and not v.loop.finished))
 
     @property
+    def stopping(self) -> tuple[str, ...]:
+        """The shards this member is stopping and that have not stopped yet
+        (each commits its open transaction once its application returns)."""
+        with self._lock:
+            return tuple(sorted(s for s, v in self._served.items()
+                                if v.stopping is not None and not v.loop.finished))
+
+    @property
     def lease(self) -> int | None:
         """The etcd lease this member holds now, if any."""
         return self._lease
@@ -230,6 +238,22 @@ class Member:
         _MEMBERS.discard(self)
         if self._owns_etcd:
             self._etcd.close()
+
+    def abandon(self) -> None:
+        """For a process about to end without waiting for its shards (stuck
+        in the application): give the member's lease back now, so that
+        other members claim its shards at once rather than when the lease
+        would have expired. Their stores' fences keep these shards off
+        whatever they still try; their open transactions are read again
+        where the shards next start."""
+        for lease in (self._lease, *self._old_leases):
+            if lease is None:
+                continue
+            try:
+                self._etcd.revoke(lease)
+            except EtcdError as exc:
+                log.warning("member %s: giving its lease back: %s (it expires by itself)",
+                            self.id, exc)
 
     def __enter__(self) -> Self:
         self.start()

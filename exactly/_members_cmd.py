@@ -69,7 +69,7 @@ def add_member_commands(shards_sub: Any, sub: Any,
     sv.add_argument("app", metavar="MODULE:APP",
                     help="the Application: an instance, or a class or function that makes"
                          " one, named by its module and attribute (my.module:WordCount)")
-    sv.add_argument("--lease-ttl", type=int, default=None, metavar="SECONDS",
+    sv.add_argument("--lease-ttl", type=_lease_ttl, default=None, metavar="SECONDS",
                     help="a dead member's shards move elsewhere within this (default 10)")
     sv.add_argument("--member-id", default=None, type=non_empty,
                     help="this member's name in the group (default: host, PID, random)")
@@ -79,6 +79,24 @@ def add_member_commands(shards_sub: Any, sub: Any,
     sv.add_argument("--log-level", default="info",
                     choices=["debug", "info", "warning", "error"])
     sv.set_defaults(func=cmd_serve)
+
+
+#: How long ``exactly serve`` waits for its shards to stop before it says
+#: which are still in their application, and how to stop at once.
+STOP_NOTICE_S = 5.0
+
+
+def _lease_ttl(text: str) -> int:
+    """A lease's TTL: a whole number of seconds, at least consumer.MIN_LEASE_TTL."""
+    from consumer import MIN_LEASE_TTL
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of seconds: {text!r}") from None
+    if value < MIN_LEASE_TTL:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_LEASE_TTL} s, not {text}")
+    return value
 
 
 def _group(args: argparse.Namespace, timeout: float = 5.0) -> Any:
@@ -92,9 +110,13 @@ def _group(args: argparse.Namespace, timeout: float = 5.0) -> Any:
                           trusted_ca_file=args.etcd_trusted_ca_file or None,
                           cert_file=args.etcd_cert_file or None,
                           cert_key_file=args.etcd_cert_key_file or None)
-    except ValueError as exc:
-        raise UsageError(f"--etcd: {exc}") from None
-    return ShardGroup(etcd, prefix)
+    except ValueError as exc:  # a malformed address, or options that do not go with it
+        raise ArgumentsError(f"--etcd: {exc}") from None
+    try:
+        return ShardGroup(etcd, prefix)
+    except ValueError as exc:  # a prefix that is not a path
+        etcd.close()
+        raise ArgumentsError(f"--etcd-prefix: {exc}") from None
 
 
 def cmd_shards_apply(args: argparse.Namespace) -> int:
@@ -181,7 +203,7 @@ def load_app(name: str) -> Any:
 
     module_name, sep, attr = name.partition(":")
     if not sep or not module_name or not attr:
-        raise UsageError(f"{name!r}: name the application as MODULE:APP")
+        raise ArgumentsError(f"{name!r}: name the application as MODULE:APP")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())  # as `python -m` would find the module
     try:
@@ -222,6 +244,40 @@ def settle_collector() -> None:
     gc.set_threshold(YOUNG_THRESHOLD, middle, old)
 
 
+def _stop(member: Any, asked: list[int]) -> None:
+    """Stop ``member``: its shards commit their open transactions. A shard
+    stuck in its application holds that up; a signal asked again while it
+    does ends the process at once, as a SIGKILL would (exactly-once holds:
+    the open transactions are read again where the shards next start),
+    having given the member's lease back first."""
+    log = logging.getLogger("consumer.member")
+    before, since, told = len(asked), time.monotonic(), False
+    while True:
+        try:
+            member.stop(timeout=0.2)
+            return
+        except TimeoutError:
+            pass
+        if len(asked) > before:
+            log.warning("stopping now (%s again): shards %s abandon their open transactions"
+                        " (read again where they next start)",
+                        signal.Signals(asked[-1]).name, _names(member))
+            member.abandon()
+            logging.shutdown()
+            sys.stderr.flush()
+            os._exit(1)
+        if not told and time.monotonic() - since >= STOP_NOTICE_S:
+            told = True
+            log.warning("still waiting for shards %s to stop (each commits its open"
+                        " transaction once its application returns); Ctrl-C or SIGTERM again"
+                        " stops at once, abandoning them", _names(member))
+
+
+def _names(member: Any) -> str:
+    """The shards ``member`` still serves or stops, for a log line."""
+    return ", ".join(sorted({*member.serving, *member.stopping})) or "-"
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from consumer import DEFAULT_LEASE_TTL, Member
 
@@ -259,7 +315,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 logging.getLogger("consumer.member").info(
                     "stopping (%s): each shard commits its open transaction",
                     signal.Signals(asked[0]).name if asked else "an error")
-                member.stop()
+                _stop(member, asked)
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)

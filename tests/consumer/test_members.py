@@ -155,6 +155,7 @@ class Members:
                  slow: float = 0.0) -> None:
         self.pipeline, self.etcd, self.prefix, self.broker = pipeline, etcd, prefix, broker
         self.slow = slow
+        self.ttl = TTL
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: dict[str, Path] = {}
         self._n = 0
@@ -167,7 +168,7 @@ class Members:
             self.procs[name] = subprocess.Popen(
                 [sys.executable, "-m", "exactly", "serve", "tests.member_app:MemberApp",
                  "--etcd", self.etcd, "--etcd-prefix", self.prefix, "--broker", self.broker,
-                 "--lease-ttl", str(TTL), "--member-id", name],
+                 "--lease-ttl", str(self.ttl), "--member-id", name],
                 cwd=ROOT, env=self.pipeline.env(self.slow), stdout=out, stderr=subprocess.STDOUT)
         self.logs[name] = log
         return name
@@ -343,6 +344,48 @@ def test_a_member_paused_past_its_lease_is_fenced_and_rejoins(
             "its lease expired", "no renewal of its lease reached etcd",
             "its member key is gone")), [line for line in said.splitlines() if "lease" in line]
         assert "stopped: fenced off" in members.log(a)
+        pipe.check(client)
+
+
+def test_serve_stuck_in_its_application_stops_at_once_when_asked_again(
+        gazette_cluster: Any, gazette_prefix: str, group: ShardGroup, tmp_path: Path) -> None:
+    """`exactly serve` whose application hangs in consume_message: SIGTERM
+    asks its shards to commit and stop, and it says which one it still
+    waits for; a second SIGTERM ends it at once (status 1), its lease given
+    back, so that the next member claims the shard now rather than when the
+    30 s lease would have expired. The output stays exactly-once."""
+    from journal import GazetteClient
+
+    pipe = Pipeline(gazette_prefix, 1, tmp_path)
+    with GazetteClient(gazette_cluster.address) as client:
+        pipe.create(client)
+        group.apply(pipe.specs)
+        make_input(client, pipe.sources, 50, seed=5)
+        client.flush()
+        members = Members(pipe, gazette_cluster.etcd_address, group.prefix,
+                          gazette_cluster.address, slow=300)
+        members.ttl = 30
+        try:
+            a = members.start()
+            wait_for("a serving", lambda: len(group.view().claims) == 2, timeout=30)
+            wait_for("a's first shard in its application", lambda: "gc: " in members.log(a),
+                     timeout=30)
+            time.sleep(1.0)
+            members.kill(a, signal.SIGTERM)
+            wait_for("a saying what it waits for",
+                     lambda: "still waiting for shards first-0 " in members.log(a), timeout=20)
+            assert members.procs[a].poll() is None  # it waits for the shard
+            members.kill(a, signal.SIGTERM)
+            assert members.procs.pop(a).wait(10) == 1
+            assert "stopping now (SIGTERM again): shards first-0 abandon" in members.log(a)
+            view = group.view()
+            assert not view.members and not view.claims, (view.members, view.claims)
+            members.slow = 0.0
+            b = members.start()
+            wait_for("exactly-once output", lambda: pipe.done(client), timeout=60)
+            assert members.stop_all() == {b: 0}
+        finally:
+            members.close()
         pipe.check(client)
 
 

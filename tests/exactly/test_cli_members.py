@@ -178,15 +178,22 @@ def test_errors_are_one_line(tmp_path: Path) -> None:
         (("serve", "json", "--etcd", "http://127.0.0.1:9"), "MODULE:APP"),
         (("serve", "exactly.benchmarks.bench_members:BenchApp", "--etcd",
           "http://127.0.0.1:9"), "not reachable"),
+        (("serve", "exactly.benchmarks.bench_members:BenchApp", "--etcd", "foo"),
+         "http://HOST:PORT"),
     ]:
         began = time.monotonic()
         r = run(*args, env=no_etcd)
-        # (no etcd named at all is a malformed command line: status 2)
-        assert r.returncode == (2 if args == ("shards", "list") else 1), (args, r.stderr)
+        # A malformed command line (no etcd named, an address or a prefix
+        # that cannot be one, no MODULE:APP) ends with status 2.
+        malformed = {"name etcd: --etcd URL", "http://HOST:PORT", "give a path", "MODULE:APP"}
+        assert r.returncode == (2 if says in malformed else 1), (args, r.stderr)
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("exactly: error:"), (args, r.stderr)
         assert says in lines[0], (args, lines[0])
         assert time.monotonic() - began < 30
+    for ttl, says in (("0", "at least 2 s"), ("1.5", "not a whole number")):
+        r = run("serve", "json:dumps", "--etcd", "http://127.0.0.1:9", "--lease-ttl", ttl)
+        assert r.returncode == 2 and says in r.stderr, r.stderr
 
 
 def test_serve_claims_serves_and_gives_all_up_on_sigterm(
