@@ -166,6 +166,9 @@ class Member:
         self._failed: dict[str, float] = {}
         self._refused: dict[str, ShardSpec] = {}
         self._unclaimed_since: dict[str, float] = {}
+        # Shards claimed past this member's share, because no other member
+        # took them within the grace (one failing elsewhere): shard -> when.
+        self._extra: dict[str, float] = {}
         self._etcd_down_since: float | None = None
         #: (shard id, exception) of the last 100 shards that stopped on an error here.
         self.errors: deque[tuple[str, BaseException]] = deque(maxlen=100)
@@ -394,6 +397,7 @@ class Member:
                     self._failed[shard] = time.monotonic()
             with self._lock:
                 del self._served[shard]
+            self._extra.pop(shard, None)
             self.history.append(("released", shard, v.revision))
             log.info("member %s released shard %s%s", self.id, shard,
                      "" if err is None else f" ({type(err).__name__}: {err})")
@@ -426,14 +430,23 @@ class Member:
         for shard in candidates:
             if self._stop or self._lease is None:
                 return
-            due = mine < quota or now - self._unclaimed_since[shard] >= grace
-            if due and self._claim(shard, view.specs[shard]):
+            within = mine < quota
+            if (within or now - self._unclaimed_since[shard] >= grace) and \
+                    self._claim(shard, view.specs[shard]):
+                if not within:
+                    self._extra[shard] = now
                 mine += 1
-        if mine > quota and not any(v.stopping for v in self._served.values()):
+        # A shard claimed past the share because nobody else took it (it
+        # failed on the member short of its share, which waits before
+        # retrying it) does not count for a while: handing another over for
+        # it would move healthy shards back and forth around a failing one.
+        fresh = {s for s, at in self._extra.items() if now - at < self._retry_failed}
+        if mine - len(fresh) > quota and not any(v.stopping for v in self._served.values()):
             short = [m for m in view.members if held.get(m, 0) < share.get(m, 0)]
-            serving = self.serving
-            if short and serving:
-                shard = serving[-1]
+            movable = [s for s in self.serving if s not in fresh]
+            if short and movable:
+                # One taken past the share first, else the last in order.
+                shard = ([s for s in movable if s in self._extra] or movable)[-1]
                 self._stop_shard(shard, self._served[shard],
                                  f"handing it over ({mine} shards here, a share is {quota})")
 

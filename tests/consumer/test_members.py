@@ -424,6 +424,54 @@ def test_a_joining_member_takes_its_share_and_a_leaving_one_hands_over(
         assert not group.view().members
 
 
+def test_a_shard_that_always_fails_does_not_move_healthy_shards(
+        gazette_cluster: Any, group: ShardGroup, tmp_path: Path) -> None:
+    """Two members, three healthy shards and one whose application always
+    fails: the failing shard is tried on one member, then the other (each
+    waiting its retry period), and the healthy shards stay where the even
+    share put them all along; none is handed over to make room for it."""
+    pipe = Pipeline("", 2, tmp_path)
+
+    def fail_bad(shard: Shard, env: Any) -> None:
+        if shard.id == "first-1":
+            raise RuntimeError("a message this shard cannot take")
+
+    with LocalJournalStore(tmp_path / "journals") as client:
+        pipe.create(client)
+        make_input(client, pipe.sources, 50, seed=8)
+        client.flush()
+        group.apply(pipe.specs)
+        etcd = gazette_cluster.etcd_address
+        ttl = 2  # a grace of 1 s before an unclaimed shard is anybody's
+        members = [Member(client, CountingApp(pipe.store, pipe.routes, on_message=fail_bad),
+                          etcd, prefix=group.prefix, lease_ttl=ttl, member_id=name,
+                          retry_failed=2.0) for name in ("a", "b")]
+        logging.getLogger("consumer").setLevel(logging.CRITICAL)  # (the failures)
+        try:
+            good = {"first-0", "second-0", "second-1"}
+            members[0].start()
+            wait_for("a serving the healthy shards", lambda: good <= set(members[0].serving),
+                     timeout=30)
+            members[1].start()
+            wait_for("the healthy shards shared", lambda: sorted(
+                len(good & set(m.serving)) for m in members) == [1, 2], timeout=30)
+            since = [len(m.history) for m in members]
+            wait_for("the bad shard failing on both members", lambda: all(
+                any(shard == "first-1" for shard, _ in m.errors) for m in members),
+                timeout=30)
+            time.sleep(6 * ttl)
+            healthy = [(m.id, what, shard) for m, n in zip(members, since, strict=True)
+                       for what, shard, _ in list(m.history)[n:] if shard != "first-1"]
+            moved = [h for h in healthy if h[1] == "released"]
+            assert not moved, healthy
+            assert sorted(s for m in members for s in m.serving) == [
+                "first-0", "second-0", "second-1"]
+        finally:
+            for m in members:
+                m.stop()
+            logging.getLogger("consumer").setLevel(logging.NOTSET)
+
+
 def test_members_ride_out_an_etcd_restart(gazette_binaries: Any, tmp_path: Path) -> None:
     """etcd SIGKILLed and started again, twice, under two member processes
     serving a chain on a cluster of its own: once for less than a lease TTL
