@@ -77,11 +77,20 @@ def store_home(store: Store) -> tuple[str, str] | None:
     store that any host reaches (``PostgresStore``, ...). A store of one's
     own on local disk says so with a ``local_path`` attribute."""
     if isinstance(store, JSONFileStore):
-        return "JSONFileStore", str(store.path)
+        return "JSONFileStore", _absolute(str(store.path))
     if isinstance(store, SQLiteStore):
-        return "SQLiteStore", store.path
+        return "SQLiteStore", _absolute(store.path)
     path = getattr(store, "local_path", None)
-    return (type(store).__name__, os.fspath(path)) if path is not None else None
+    return (type(store).__name__, _absolute(os.fspath(path))) if path is not None else None
+
+
+def _absolute(path: str) -> str:
+    """A store's path as other hosts' members read it in etcd: absolute (a
+    relative one names nothing there), SQLite's ``:memory:`` and ``file:``
+    URIs as they are."""
+    if path == ":memory:" or path.startswith("file:"):
+        return path
+    return os.path.abspath(path)
 
 
 class _Served:

@@ -626,6 +626,25 @@ def test_a_store_on_another_hosts_disk_is_refused(
                 wait_for("a serving again", lambda: again.serving == (spec.id,), timeout=30)
 
 
+def test_a_stores_home_is_recorded_with_its_absolute_path(
+        gazette_cluster: Any, group: ShardGroup, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store opened by a relative path is recorded in ``homes/`` by its
+    absolute path: what a user on another host reads there names a file."""
+    monkeypatch.chdir(tmp_path)
+    spec = ShardSpec("s", ["in/p0"])
+    with LocalJournalStore(tmp_path / "journals") as client:
+        client.create("in/p0", NDJSON)
+        group.apply([spec])
+        app = CountingApp(lambda shard: SQLiteStore("s.db"), {"s": []})
+        with Member(client, app, gazette_cluster.etcd_address, prefix=group.prefix,
+                    lease_ttl=TTL) as member:
+            wait_for("serving", lambda: member.serving == ("s",), timeout=30)
+            wait_for("its home recorded", lambda: "s" in group.view().homes, timeout=30)
+        home = group.view().homes["s"]
+        assert (home["store"], home["path"]) == ("SQLiteStore", str(tmp_path / "s.db"))
+
+
 def test_a_changed_or_deleted_spec_is_followed(
         gazette_cluster: Any, group: ShardGroup, tmp_path: Path) -> None:
     """A spec applied again with other values restarts its shard with them;
