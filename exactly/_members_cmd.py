@@ -76,6 +76,9 @@ def add_member_commands(shards_sub: Any, sub: Any,
     sv.add_argument("--host", default=None, type=non_empty,
                     help="the machine local stores live on; members sharing a filesystem"
                          " may give one name (default: this host's name)")
+    sv.add_argument("--metrics", type=_listen_address, default=None, metavar="[ADDR:]PORT",
+                    help="serve Prometheus metrics at http://ADDR:PORT/metrics (ADDR default"
+                         " 127.0.0.1; PORT 0: any free one, logged); needs the metrics extra")
     sv.add_argument("--log-level", default="info",
                     choices=["debug", "info", "warning", "error"])
     sv.set_defaults(func=cmd_serve)
@@ -97,6 +100,35 @@ def _lease_ttl(text: str) -> int:
     if value < MIN_LEASE_TTL:
         raise argparse.ArgumentTypeError(f"must be at least {MIN_LEASE_TTL} s, not {text}")
     return value
+
+
+def _listen_address(text: str) -> tuple[str, int]:
+    """``[ADDR:]PORT`` to listen on: (address, port), 127.0.0.1 by default."""
+    addr, _, port = text.rpartition(":")
+    addr = addr.removeprefix("[").removesuffix("]") or "127.0.0.1"
+    try:
+        number = int(port)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not [ADDR:]PORT: {text!r}") from None
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port: {port}")
+    return addr, number
+
+
+def _start_metrics(where: tuple[str, int]) -> None:
+    """Serve this process's metrics over HTTP (``exactly serve --metrics``)."""
+    from journal import metrics
+
+    addr, port = where
+    try:
+        bound = metrics.start_http_server(port, addr)
+    except ImportError as exc:  # prometheus-client missing: what to install
+        raise UsageError(f"--metrics: {exc}") from None
+    except OSError as exc:
+        raise UsageError(f"--metrics: cannot listen on {addr}:{port}: {exc.strerror or exc}"
+                         ) from None
+    host = f"[{addr}]" if ":" in addr else addr
+    logging.getLogger("consumer.member").info("metrics at http://%s:%d/metrics", host, bound)
 
 
 def _group(args: argparse.Namespace, timeout: float = 5.0) -> Any:
@@ -284,6 +316,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     app = load_app(args.app)
+    if args.metrics is not None:
+        _start_metrics(args.metrics)
     ttl = DEFAULT_LEASE_TTL if args.lease_ttl is None else args.lease_ttl
     # A call to etcd fails well within a renewal period (a third of the TTL).
     group = _group(args, timeout=min(5.0, max(0.5, ttl / 3)))

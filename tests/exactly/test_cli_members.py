@@ -7,11 +7,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -216,12 +218,24 @@ def test_serve_claims_serves_and_gives_all_up_on_sigterm(
            "EXACTLY_TEST_MEMBER": json.dumps(config)}
     log = tmp_path / "serve.log"
     with serving(["--root", str(root), "serve", "tests.member_app:MemberApp", "--member-id",
-                  "solo", "--lease-ttl", "3"], cwd=ROOT, env=env, log=log) as proc:
+                  "solo", "--lease-ttl", "3", "--metrics", "0"], cwd=ROOT, env=env,
+                 log=log) as proc:
         wait_for(lambda: log.read_text().count("committing") >= 2, proc, log)
         doc = json.loads(run("shards", "list", "--json", env=etcd).stdout)
         assert [(s["id"], s["member"]) for s in doc["shards"]] == [("s1", "solo"),
                                                                     ("s2", "solo")]
         assert [(m["id"], m["shards"], m["share"]) for m in doc["members"]] == [("solo", 2, 2)]
+        # --metrics: its shards' commits and lag, at the address it logged.
+        found = re.search(r"metrics at (http://127\.0\.0\.1:\d+/metrics)", log.read_text())
+        assert found, log.read_text()
+
+        def scraped() -> bool:  # (the log says "committing" just before a commit)
+            page = urllib.request.urlopen(found.group(1), timeout=10).read().decode()
+            return bool(re.search(r'^exactly_consumer_transactions_total\{shard="s1"\} [1-9]',
+                                  page, re.M)) and \
+                'exactly_consumer_source_lag_bytes{journal="in-2",shard="s2"} 0.0' in page
+
+        wait_for(scraped, proc, log, timeout=20)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, log.read_text()
     text = log.read_text()
