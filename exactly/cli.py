@@ -57,6 +57,16 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None,
+                         ) -> tuple[argparse.Namespace, list[str]]:
+        """As argparse's, and ``command_parser`` is the innermost (sub)command's
+        parser: the one to say what was not understood after it."""
+        ns, extra = super().parse_known_args(args, namespace)
+        if getattr(ns, "command_parser", None) is None:
+            ns.command_parser = self  # (a subcommand's parser set it first)
+        return ns, extra
+
 
 def _store_options() -> _Parser:
     """The options that say which journals a command works on. One parent
@@ -286,7 +296,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdin = open(os.devnull)  # noqa: SIM115 (for the life of the process)
     if sys.stdout is None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # said by the (sub)command they were given to, which points to its help
+        args.command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.func.__name__ in _FINISH_WITHOUT_OUTPUT:
         sys.stdout = _OutputMayClose(sys.stdout)
     # SIGTERM and SIGHUP stop a command as Ctrl-C does: what it does on the

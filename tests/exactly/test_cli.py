@@ -516,6 +516,13 @@ def test_more_mistakes_are_one_line_never_a_traceback(tmp_path: Path) -> None:
         # (malformed command lines: status 2)
         assert r.returncode == 2 and says in r.stderr and len(r.stderr.splitlines()) == 1
     assert not (tmp_path / "demo-store").exists()
+    # An option a (sub)command does not take: said by it, pointing to its help.
+    for args, prog in ((["read", "m/j", "--bogus"], "exactly read"),
+                       (["--bogus", "journals", "list"], "exactly journals list"),
+                       (["journals", "create", "x", "--bogus"], "exactly journals create")):
+        r = run(root, *args)
+        assert r.returncode == 2 and r.stderr == (
+            f"{prog}: error: unrecognized arguments: --bogus (see '{prog} --help')\n"), r.stderr
     for args, says, status in ((["read", "m/j", "--proto", "x.Y"],
                                 "--proto names the message class", 1),
                                (["inspect", "m/j", "--checkpoint", "c"], "not both", 2),
