@@ -82,23 +82,21 @@ class JournalSpec:
 
     def validate(self) -> None:
         """Raise ``InvalidJournalNameError`` / ``InvalidLabelError`` if the
-        name or the labels break Gazette's rules, or if the ``content-type``
-        is one no framing reads (``check_content_type``). Every store's
-        ``create`` validates the spec it is given."""
+        name or the labels break Gazette's rules. Every store's ``create``
+        validates the spec it is given. Any ``content-type`` is accepted, as
+        Gazette's brokers accept it (a framing may be registered by the
+        processes that read it, not by the one that creates it); reading
+        messages of a type no framing reads raises ``FramingError``."""
         validate_journal_name(self.name)
         validate_journal_labels(self.labels)
-        ct = self.content_type
-        if ct is not None:
-            check_content_type(ct)
 
 
 def check_content_type(content_type: str) -> None:
-    """Raise ``InvalidLabelError`` unless a framing is registered for
-    ``content_type`` (``framing.registered_content_types()``): a journal of
-    another type could be created, but no message could be appended to it
-    or read from it. A journal of raw bytes has no ``content-type`` label.
-    The one rule of what ``create`` accepts, for the library and the
-    command line alike."""
+    """Raise ``InvalidLabelError`` unless a framing is registered in this
+    process for ``content_type`` (``framing.registered_content_types()``):
+    what the command line creates, publishes and reads (a journal of
+    another type takes raw appends and reads, not messages). A journal of
+    raw bytes has no ``content-type`` label."""
     from framing import registered_content_types
 
     known = registered_content_types()

@@ -120,10 +120,17 @@ def check_create_conflicts_and_bad_names(factory: StoreFactory) -> None:
                 store.create(bad, _NDJSON)
             with _raises(ValueError, f"create({bad!r}) as ValueError"):
                 store.create(bad, _NDJSON)
+        with _raises(InvalidLabelError, "create with two content-types"):
+            store.create("examples/two", {"content-type": ["text/csv", "application/x-ndjson"]})
+        # Any content-type value, as Gazette's brokers take it (no framing
+        # need read it where the journal is created); none: raw bytes.
         for ct in ("../../x", "application/json", "TEXT/CSV"):
-            with _raises(InvalidLabelError, f"create with content-type {ct!r}"):
-                store.create(f"examples/ct-{len(ct)}", {"content-type": ct})
-        store.create("examples/raw", {"kind": "bytes"})  # no content-type: raw bytes
+            name = f"examples/ct-{len(ct)}"
+            _eq(store.create(name, {"content-type": ct}).content_type, ct,
+                f"create with content-type {ct!r}")
+            _eq(store.get(name).content_type, ct, f"get of a journal of content-type {ct!r}")
+            store.delete(name)
+        store.create("examples/raw", {"kind": "bytes"})
         store.delete("examples/raw")
         _eq([s.name for s in store.list()], ["examples/b"], "nothing created by bad calls")
         with _raises(JournalNotFoundError, "get of an unknown journal"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import types
+from pathlib import Path
 
 import pytest
 
@@ -167,6 +168,30 @@ def test_invalid_journal_labels_rejected_on_create(labels: dict[str, str | list[
         with pytest.raises(InvalidLabelError):
             client.create("journal", labels)
         assert client.list() == []
+
+
+def test_any_content_type_is_created_and_read_as_raw_bytes(tmp_path: Path) -> None:
+    """Any content-type is created, as Gazette's brokers create it (a
+    framing may be registered only where the journal is read); raw appends
+    and reads work, and messages of a type no framing reads are refused with
+    Gazette's words, at publishing and at reading."""
+    from framing import UnknownContentTypeError
+    from journal import LocalJournalStore
+    from message import JsonDocument, Publisher, ReadUncommittedIter
+
+    for client in (MemoryJournalClient(), LocalJournalStore(str(tmp_path))):
+        with client:
+            spec = client.create("raw/j", {"content-type": "text/plain"})
+            assert spec.content_type == "text/plain" and client.list() == [spec]
+            client.append("raw/j", b"hello\n").result()
+            with client.read("raw/j") as r:
+                assert r.read() == b"hello\n"
+            with pytest.raises(UnknownContentTypeError, match=r"^unrecognized content-type"
+                                                              r" \(text/plain\)"):
+                list(ReadUncommittedIter(client, "raw/j", lambda spec: JsonDocument()))
+            with pytest.raises(UnknownContentTypeError):
+                Publisher(client).publish_committed(
+                    lambda m: ("raw/j", "text/plain"), JsonDocument(a=1)).result()
 
 
 # Selectors: parsing (Gazette's cases) -------------------------------------------
