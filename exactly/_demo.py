@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -27,6 +28,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, TextIO
 
@@ -258,12 +260,52 @@ def _after_producers(where: StoreOptions, root: Path, out: TextIO, t0: float,
         )
     say(out, t0, "Spark is up; reading committed clicks")
     try:
-        with Progress(out, t0, "Spark working", spark=spark, every=progress_every):
+        with Progress(out, t0, "Spark working", spark=spark, every=progress_every), \
+                _interruptible(spark):
             return _spark_job(spark, F, where, root, out, t0, expected_pages,
                               expected_sessions, live)
     finally:
         if master is not None:
             spark.stop()
+
+
+@contextlib.contextmanager
+def _interruptible(spark: Any) -> Iterator[None]:
+    """Ctrl-C or SIGTERM while Spark works: its jobs are cancelled from a
+    thread of their own, and the stop goes on (KeyboardInterrupt, through the
+    handler that was there before) once the main thread is back from the
+    JVM. PySpark's own handler cancels from the main thread, inside the call
+    it interrupts, and py4j then prints the tracebacks of a reentrant read."""
+    asked: list[int] = []
+    left = threading.Event()
+
+    def cancel() -> None:  # each job, as it starts, until the main thread is back
+        while not left.is_set():
+            with contextlib.suppress(Exception):  # stopping anyway: they end with the JVM
+                spark.sparkContext.cancelAllJobs()
+            left.wait(0.1)
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if not asked:
+            asked.append(signum)
+            threading.Thread(target=cancel, name="exactly demo: cancel Spark jobs",
+                             daemon=True).start()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    except Exception:
+        if not asked:
+            raise
+    finally:
+        left.set()
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    if asked:
+        before = old[asked[0]]
+        if asked[0] == signal.SIGTERM and callable(before):
+            before(asked[0], None)  # the command's own: it records the status to end with
+        raise KeyboardInterrupt
 
 
 def _spark_job(

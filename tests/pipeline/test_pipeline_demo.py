@@ -79,3 +79,59 @@ def test_cluster_demo_runs_and_stops_everything(gazette_binaries: Any, tmp_path:
         except OSError:
             continue
         assert not any(w in cmdline for w in (b"gazette", b"etcd", b"spark")), pid
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_ctrl_c_while_spark_works_stops_the_demo_quietly(tmp_path: Path) -> None:
+    """Ctrl-C while the demo's Spark job runs: its jobs are cancelled and it
+    stops within seconds, status 130, with no traceback of py4j's (PySpark's
+    own handler interrupts the JVM call it runs in), and its JVM ends."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "exactly", "demo"], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(root),
+                                 "EXACTLY_PROGRESS_EVERY": "0.5"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if "Spark working" in line:  # (its first job is running)
+                break
+        else:
+            raise AssertionError(f"no Spark job: {proc.communicate()[1]}")
+        jvms = _descendants(proc.pid)
+        assert jvms, "Spark's JVM is not a child of the demo"
+        proc.send_signal(signal.SIGINT)
+        began = time.monotonic()
+        out, err = proc.communicate(timeout=60)
+        assert time.monotonic() - began < 30
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "py4j" not in err, err
+    assert "demo passed" not in out
+    deadline = time.monotonic() + 30
+    while any(Path(f"/proc/{pid}").exists() for pid in jvms):
+        assert time.monotonic() < deadline, f"left running: {jvms}"
+        time.sleep(0.2)
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes under ``pid`` (Linux's /proc)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            found += [child, *_descendants(child)]
+    return found
