@@ -276,7 +276,7 @@ def _interruptible(spark: Any) -> Iterator[None]:
     handler that was there before) once the main thread is back from the
     JVM. PySpark's own handler cancels from the main thread, inside the call
     it interrupts, and py4j then prints the tracebacks of a reentrant read."""
-    asked: list[int] = []
+    asked: list[signal.Signals] = []
     left = threading.Event()
 
     def cancel() -> None:  # each job, as it starts, until the main thread is back
@@ -287,7 +287,7 @@ def _interruptible(spark: Any) -> Iterator[None]:
 
     def on_signal(signum: int, _frame: object) -> None:
         if not asked:
-            asked.append(signum)
+            asked.append(signal.Signals(signum))
             threading.Thread(target=cancel, name="exactly demo: cancel Spark jobs",
                              daemon=True).start()
 
