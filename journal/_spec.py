@@ -13,6 +13,10 @@ from ._labels import LabelSet, LabelsInit, validate_journal_labels
 MAX_JOURNAL_NAME_LEN: Final = 512
 #: The label that names a journal's content type (and so its framing).
 CONTENT_TYPE_LABEL: Final = "content-type"
+# A media type as Gazette's brokers parse one (Go's mime.ParseMediaType): a
+# token, optionally "/" and a second token (parameters cannot be written in
+# a label value). Tokens: printable ASCII but MIME's special characters.
+_MEDIA_TYPE: Final = re.compile(r"[A-Za-z0-9!#$&'*+.^_`|~-]+(?:/[A-Za-z0-9!#$&'*+.^_`|~-]+)?")
 
 # Letters and numbers of any script plus Gazette's path symbols "-_+/.=%".
 _NAME_RE: Final = re.compile(r"[\w\-+/.=%]+")
@@ -83,12 +87,17 @@ class JournalSpec:
     def validate(self) -> None:
         """Raise ``InvalidJournalNameError`` / ``InvalidLabelError`` if the
         name or the labels break Gazette's rules. Every store's ``create``
-        validates the spec it is given. Any ``content-type`` is accepted, as
-        Gazette's brokers accept it (a framing may be registered by the
-        processes that read it, not by the one that creates it); reading
-        messages of a type no framing reads raises ``FramingError``."""
+        validates the spec it is given. A ``content-type`` is any media type
+        (``type/subtype``), as Gazette's brokers accept it, whether or not a
+        framing of this process reads it (it may be registered by the
+        programs that read the journal); reading messages of a type no
+        framing reads raises ``FramingError``."""
         validate_journal_name(self.name)
         validate_journal_labels(self.labels)
+        ct = self.content_type
+        if ct and not _MEDIA_TYPE.fullmatch(ct):
+            raise InvalidLabelError(
+                CONTENT_TYPE_LABEL, f"{ct!r} is not a media type (type/subtype, as in text/csv)")
 
 
 def check_content_type(content_type: str) -> None:

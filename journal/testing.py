@@ -122,9 +122,12 @@ def check_create_conflicts_and_bad_names(factory: StoreFactory) -> None:
                 store.create(bad, _NDJSON)
         with _raises(InvalidLabelError, "create with two content-types"):
             store.create("examples/two", {"content-type": ["text/csv", "application/x-ndjson"]})
-        # Any content-type value, as Gazette's brokers take it (no framing
-        # need read it where the journal is created); none: raw bytes.
-        for ct in ("../../x", "application/json", "TEXT/CSV"):
+        # Any media type, as Gazette's brokers take it (no framing need read
+        # it where the journal is created); none: raw bytes.
+        for ct in ("../../x", "text/", "a/b/c"):
+            with _raises(InvalidLabelError, f"create with content-type {ct!r}"):
+                store.create(f"examples/ct-{len(ct)}", {"content-type": ct})
+        for ct in ("application/json", "TEXT/CSV", "x-raw"):
             name = f"examples/ct-{len(ct)}"
             _eq(store.create(name, {"content-type": ct}).content_type, ct,
                 f"create with content-type {ct!r}")
