@@ -43,7 +43,7 @@ class SourceLag:
         self._since = time.time_ns()  # when this start of the shard began serving
         # Replaced whole by the shard's thread, read by a scrape's.
         self._committed: Mapping[str, int] = {}
-        self._last: Mapping[str, int] = {}  # journal -> ns of the last message committed
+        self._last: Mapping[str, Envelope] = {}  # journal -> last message committed
         self._heads: dict[str, int] = {}
         self._lock = threading.Lock()
         self._asking: threading.Thread | None = None
@@ -51,13 +51,9 @@ class SourceLag:
 
     def committed(self, offsets: Mapping[str, int], last: Mapping[str, Envelope]) -> None:
         """The shard committed read ``offsets``; ``last`` is the last message
-        it consumed of each source so far (called at restore and at each commit)."""
-        times = dict(self._last)
-        for journal, env in last.items():
-            clock = get_clock(env.message.get_uuid())
-            if clock:
-                times[journal] = clock_to_unix_ns(clock)
-        self._last = times
+        it consumed of each source so far (called at restore and at each
+        commit; their times are read when scraped, not here)."""
+        self._last = dict(last)
         self._committed = {j: offsets.get(j, 0) for j in self._journals}
 
     def measure(self, deadline: float) -> dict[str, tuple[int, float]]:
@@ -76,9 +72,15 @@ class SourceLag:
             behind = max(0, head - committed.get(journal, 0))
             seconds = 0.0
             if behind:
-                seconds = max(0, now - last.get(journal, self._since)) / 1e9
+                seconds = max(0, now - self._written(last.get(journal))) / 1e9
             out[journal] = (behind, seconds)
         return out
+
+    def _written(self, env: Envelope | None) -> int:
+        """When ``env`` was written (ns, from its UUID); with none or no
+        clock, when this start of the shard began serving."""
+        clock = 0 if env is None else get_clock(env.message.get_uuid())
+        return clock_to_unix_ns(clock) if clock else self._since
 
     def _ask_heads(self, deadline: float) -> dict[str, int]:
         with self._lock:

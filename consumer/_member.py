@@ -198,17 +198,19 @@ class Member:
     @property
     def serving(self) -> tuple[str, ...]:
         """The shards this member serves now (not those it is stopping)."""
-        with self._lock:
-            return tuple(sorted(s for s, v in self._served.items()
-                                if v.stopping is None and not v.loop.finished))
+        return self._running(stopping=False)
 
     @property
     def stopping(self) -> tuple[str, ...]:
         """The shards this member is stopping and that have not stopped yet
         (each commits its open transaction once its application returns)."""
+        return self._running(stopping=True)
+
+    def _running(self, *, stopping: bool) -> tuple[str, ...]:
         with self._lock:
             return tuple(sorted(s for s, v in self._served.items()
-                                if v.stopping is not None and not v.loop.finished))
+                                if (v.stopping is not None) == stopping
+                                and not v.loop.finished))
 
     @property
     def lease(self) -> int | None:

@@ -5,13 +5,15 @@ messages as output, and the progress line."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import math
 import os
 import re
+import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +152,30 @@ def security_options(args: argparse.Namespace) -> dict[str, Any]:
     """The ``--trusted-ca-file`` ... ``--auth-keys`` given, as GazetteClient
     keyword arguments."""
     return {k: getattr(args, k) for k in SECURITY_OPTIONS if getattr(args, k, None) is not None}
+
+
+@contextlib.contextmanager
+def stop_requests(on_request: Callable[[signal.Signals], None] | None = None,
+                  ) -> Iterator[list[signal.Signals]]:
+    """Ctrl-C and SIGTERM while the block runs, for a command that stops at
+    a point of its own choosing: each is recorded, in order, in the list
+    yielded, and ``on_request(signal)`` is called; nothing is raised. The
+    handlers are only that (they run between two bytecodes of the main
+    thread, which may hold any lock then); the ones before are restored
+    after the block."""
+    asked: list[signal.Signals] = []
+
+    def record(signum: int, _frame: object) -> None:
+        asked.append(signal.Signals(signum))
+        if on_request is not None:
+            on_request(asked[-1])
+
+    previous = {sig: signal.signal(sig, record) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield asked
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def non_negative(text: str) -> int:

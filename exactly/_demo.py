@@ -34,6 +34,7 @@ from typing import Any, Final, TextIO
 
 import orjson
 
+from exactly._common import stop_requests
 from pipeline import StoreOptions
 
 _MARKER = "@demo"  # marks a directory this demo created, so a re-run may replace it
@@ -276,7 +277,6 @@ def _interruptible(spark: Any) -> Iterator[None]:
     handler that was there before) once the main thread is back from the
     JVM. PySpark's own handler cancels from the main thread, inside the call
     it interrupts, and py4j then prints the tracebacks of a reentrant read."""
-    asked: list[signal.Signals] = []
     left = threading.Event()
 
     def cancel() -> None:  # each job, as it starts, until the main thread is back
@@ -285,24 +285,23 @@ def _interruptible(spark: Any) -> Iterator[None]:
                 spark.sparkContext.cancelAllJobs()
             left.wait(0.1)
 
-    def on_signal(signum: int, _frame: object) -> None:
-        if not asked:
-            asked.append(signal.Signals(signum))
-            threading.Thread(target=cancel, name="exactly demo: cancel Spark jobs",
-                             daemon=True).start()
+    cancelling = threading.Thread(target=cancel, name="exactly demo: cancel Spark jobs",
+                                  daemon=True)
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    except Exception:
-        if not asked:
-            raise
-    finally:
-        left.set()
-        for s, handler in old.items():
-            signal.signal(s, handler)
+    def on_request(_signal: signal.Signals) -> None:
+        if len(asked) == 1:  # (the first)
+            cancelling.start()
+
+    before = signal.getsignal(signal.SIGTERM)
+    with stop_requests(on_request) as asked:
+        try:
+            yield
+        except Exception:
+            if not asked:
+                raise
+        finally:
+            left.set()
     if asked:
-        before = old[asked[0]]
         if asked[0] == signal.SIGTERM and callable(before):
             before(asked[0], None)  # the command's own: it records the status to end with
         raise KeyboardInterrupt

@@ -34,6 +34,7 @@ from exactly._common import (
     non_empty,
     open_store,
     positive_seconds,
+    stop_requests,
 )
 
 
@@ -179,12 +180,13 @@ def _measure(store: Any, consumer: str, cp: Any, proto: str | None,
     return rows
 
 
-def _sleep_unless(stop: list[bool], seconds: float) -> bool:
-    """Sleep ``seconds`` unless ``stop[0]`` becomes true first; return it."""
+def _sleep_unless(stop: list[signal.Signals], seconds: float) -> bool:
+    """Sleep ``seconds`` unless a stop is asked (``stop`` grows) first; say
+    whether one was."""
     deadline = time.monotonic() + seconds
-    while not stop[0] and (left := deadline - time.monotonic()) > 0:
+    while not stop and (left := deadline - time.monotonic()) > 0:
         time.sleep(min(left, 0.05))
-    return stop[0]
+    return bool(stop)
 
 
 def _age(ns: int | None) -> str:
@@ -225,23 +227,14 @@ def cmd_lag(args: argparse.Namespace) -> int:
     # --watch ends on Ctrl-C or SIGTERM, between two refreshes (never in the
     # middle of reading a store or a journal), with status 0; a second Ctrl-C
     # interrupts at once.
-    # The handler only sets a flag: it runs between two bytecodes of the main
-    # thread, which may be holding any lock (an Event's, say) at that moment.
-    stop = [False]
-
-    def ask_to_stop(signum: int, _frame: object) -> None:
-        stop[0] = True
+    def second_interrupts(_signal: signal.Signals) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
-    previous = {sig: signal.signal(sig, ask_to_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        return _lag_once(args, stop)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with stop_requests(second_interrupts) as asked:
+        return _lag_once(args, asked)
 
 
-def _lag_once(args: argparse.Namespace, stop: list[bool] | None = None) -> int:
+def _lag_once(args: argparse.Namespace, stop: list[signal.Signals] | None = None) -> int:
     counted: dict[tuple[str, str], _Counted] = {}
     with open_store(args) as store:
         while True:

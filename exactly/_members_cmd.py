@@ -21,7 +21,14 @@ from typing import Any
 
 import orjson
 
-from exactly._common import ArgumentsError, UsageError, counted, non_empty, open_store
+from exactly._common import (
+    ArgumentsError,
+    UsageError,
+    counted,
+    non_empty,
+    open_store,
+    stop_requests,
+)
 
 
 def _etcd_options() -> argparse.ArgumentParser:
@@ -276,7 +283,7 @@ def settle_collector() -> None:
     gc.set_threshold(YOUNG_THRESHOLD, middle, old)
 
 
-def _stop(member: Any, asked: list[int]) -> None:
+def _stop(member: Any, asked: list[signal.Signals]) -> None:
     """Stop ``member``: its shards commit their open transactions. A shard
     stuck in its application holds that up; a signal asked again while it
     does ends the process at once, as a SIGKILL would (exactly-once holds:
@@ -292,8 +299,7 @@ def _stop(member: Any, asked: list[int]) -> None:
             pass
         if len(asked) > before:
             log.warning("stopping now (%s again): shards %s abandon their open transactions"
-                        " (read again where they next start)",
-                        signal.Signals(asked[-1]).name, _names(member))
+                        " (read again where they next start)", asked[-1].name, _names(member))
             member.abandon()
             logging.shutdown()
             sys.stderr.flush()
@@ -326,14 +332,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except BaseException:
         group.etcd.close()
         raise
-    asked: list[int] = []
-
-    def on_signal(signum: int, frame: Any) -> None:
-        asked.append(signum)  # only a flag: the main thread does the work
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        with open_store(args, must_exist=False, service=True) as client:
+        with stop_requests() as asked, \
+                open_store(args, must_exist=False, service=True) as client:
             member = Member(client, app, group.etcd, prefix=group.prefix,
                             lease_ttl=ttl,
                             member_id=args.member_id, host=args.host)
@@ -348,10 +349,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             finally:
                 logging.getLogger("consumer.member").info(
                     "stopping (%s): each shard commits its open transaction",
-                    signal.Signals(asked[0]).name if asked else "an error")
+                    asked[0].name if asked else "an error")
                 _stop(member, asked)
     finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
         group.etcd.close()
     return 0
