@@ -6,6 +6,14 @@ SparkSession, and a process has one). It connects to the standalone master,
 whose executors are JVMs of their own with Python workers of their own, runs
 one scenario against journals of the Gazette cluster at BROKER (named with
 PREFIX), and prints one JSON line: what the scenario saw.
+
+``python -m tests.spark_cluster_job MASTER BROKER --serve`` runs scenarios
+one after another in one application (an application's start, its driver
+JVM and executors, is most of a short scenario's time): each line of its
+standard input is ``[SCENARIO, PREFIX, FILE_ROOT]`` in JSON, and for each it
+prints a line ``RESULT`` and what the scenario saw (or ``{"error": ...}``),
+until its input ends. Scenarios that need settings of their own at the
+application's start (speculation) run alone.
 """
 
 from __future__ import annotations
@@ -16,7 +24,34 @@ import time
 from typing import Any
 
 
-def main(master: str, broker: str, scenario: str, prefix: str, file_root: str = "") -> None:
+def main(master: str, broker: str, scenario: str, prefix: str = "", file_root: str = "") -> None:
+    spark = _session(master, scenario)
+    try:
+        if scenario == "--serve":
+            _serve(spark, broker)
+            return
+        out = SCENARIOS[scenario](spark, broker, prefix, file_root)
+    finally:
+        spark.stop()
+    print(json.dumps(out), flush=True)
+
+
+def _serve(spark: Any, broker: str) -> None:
+    """Run the scenarios named on standard input, in this application."""
+    import traceback
+
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        scenario, prefix, file_root = json.loads(line)
+        try:
+            out = SCENARIOS[scenario](spark, broker, prefix, file_root)
+        except Exception:  # reported to the test that asked for it
+            out = {"error": traceback.format_exc()}
+        print("RESULT " + json.dumps(out), flush=True)
+
+
+def _session(master: str, scenario: str) -> Any:
     import pipeline
 
     conf = {"spark.executor.memory": "512m", "spark.task.maxFailures": "4",
@@ -25,13 +60,8 @@ def main(master: str, broker: str, scenario: str, prefix: str, file_root: str = 
         conf.update({"spark.speculation": "true", "spark.speculation.interval": "100ms",
                      "spark.speculation.multiplier": "1.5", "spark.speculation.quantile": "0.5",
                      "spark.speculation.minTaskRuntime": "500ms"})
-    spark = pipeline.cluster_session(
-        master, app=f"exactly-test-{scenario}", driver_host="127.0.0.1", conf=conf)
-    try:
-        out = SCENARIOS[scenario](spark, broker, prefix, file_root)
-    finally:
-        spark.stop()
-    print(json.dumps(out), flush=True)
+    return pipeline.cluster_session(
+        master, app=f"exactly-test-{scenario.lstrip('-')}", driver_host="127.0.0.1", conf=conf)
 
 
 def _write(df: Any, broker: str, journal: str) -> None:
