@@ -1,8 +1,8 @@
 """The ``journal`` source on a real Spark standalone cluster (a master and two
 workers, their executors separate JVMs with Python workers of their own)
 reading and writing journals of the Gazette cluster: each scenario runs in a
-driver process of its own (tests/spark_cluster_job.py), then its journals
-are checked from here. After every fault: each row exactly once, or none.
+driver process (tests/spark_cluster_job.py), then its journals are checked
+from here. After every fault: each row exactly once, or none.
 
 The scenarios that need no application of their own run one after another
 in one driver (``shared``): an application's start is most of a short
@@ -96,11 +96,12 @@ class SharedDriver:
         self.stderr.seek(0)
         return self.stderr.read()[-3000:]
 
-    def stop(self) -> None:
-        """End the driver (its application with it), by PID if it does not."""
+    def stop(self) -> int:
+        """End the driver (its application with it), by PID if it does not;
+        its exit status (0 if none ran)."""
         proc, self.proc = self.proc, None
         if proc is None:
-            return
+            return 0
         assert proc.stdin is not None
         proc.stdin.close()
         try:
@@ -117,7 +118,7 @@ class SharedDriver:
                 self.stderr.close()
                 self.stderr = None
         self.results = queue.SimpleQueue()
-        assert proc.returncode == 0, f"the shared driver exited {proc.returncode}"
+        return proc.returncode
 
 
 @pytest.fixture(scope="module")
@@ -126,12 +127,14 @@ def shared(spark_cluster: Any, gazette_cluster: Any) -> Iterator[SharedDriver]:
     try:
         yield driver
     finally:
-        driver.stop()
+        status = driver.stop()
+    assert status == 0, f"the shared driver exited {status}"
 
 
 def driver(shared: SharedDriver, scenario: str, prefix: str) -> subprocess.Popen[str]:
     """A driver process of its own for ``scenario`` (the shared one stopped
-    first: it would hold the cluster's cores)."""
+    first: it would hold the cluster's cores; how it ended is for the tests
+    that used it, and the module's end, to say)."""
     shared.stop()
     return subprocess.Popen(
         [sys.executable, "-m", "tests.spark_cluster_job", shared.spark_cluster.master_url,
