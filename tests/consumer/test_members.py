@@ -76,9 +76,15 @@ class Pipeline:
         self.routes = {**{f"first-{i}": self.mids for i in range(n)},
                        **{f"second-{i}": self.outputs for i in range(n)}}
 
-    def create(self, client: JournalClient) -> None:
+    def create(self, client: JournalClient, messages: int = 0, *, seed: int = 0,
+               messy: bool = True) -> None:
+        """Create the journals; with ``messages``, write that input to the
+        sources (``make_input``) and flush it."""
         for name in self.sources + self.mids + self.outputs:
             client.create(name, NDJSON)
+        if messages:
+            make_input(client, self.sources, messages, seed=seed, messy=messy)
+            client.flush()
 
     def env(self, slow: float = 0.0) -> dict[str, str]:
         config = {"store": self.store, "outputs": self.routes, "slow": slow}
@@ -396,9 +402,7 @@ def test_a_joining_member_takes_its_share_and_a_leaving_one_hands_over(
     Shards stop cleanly on each move: the output stays exactly-once."""
     pipe = Pipeline("", 6, tmp_path)
     with LocalJournalStore(tmp_path / "journals") as client:
-        pipe.create(client)
-        make_input(client, pipe.sources, 600, seed=3)
-        client.flush()
+        pipe.create(client, 600, seed=3)
         group.apply(pipe.specs)
         etcd = gazette_cluster.etcd_address
         first = Member(client, pipe.app(), etcd, prefix=group.prefix, lease_ttl=TTL,
@@ -437,9 +441,7 @@ def test_a_shard_that_always_fails_does_not_move_healthy_shards(
             raise RuntimeError("a message this shard cannot take")
 
     with LocalJournalStore(tmp_path / "journals") as client:
-        pipe.create(client)
-        make_input(client, pipe.sources, 50, seed=8)
-        client.flush()
+        pipe.create(client, 50, seed=8)
         group.apply(pipe.specs)
         etcd = gazette_cluster.etcd_address
         ttl = 2  # a grace of 1 s before an unclaimed shard is anybody's
@@ -546,9 +548,7 @@ def test_a_shard_starting_while_etcd_restarts_waits_for_it(
     with GazetteCluster(tmp_path / "cluster", brokers=1, binaries=gazette_binaries,
                         etcd_lease=20) as cluster, \
             LocalJournalStore(tmp_path / "journals") as client:
-        pipe.create(client)
-        make_input(client, pipe.sources, 50, seed=3, messy=False)
-        client.flush()
+        pipe.create(client, 50, seed=3, messy=False)
         etcd = EtcdClient(cluster.etcd_address)
         try:
             group = ShardGroup(etcd, "/starting")
@@ -591,9 +591,7 @@ def test_a_store_on_another_hosts_disk_is_refused(
     pipe = Pipeline("", 1, tmp_path)
     spec = pipe.specs[0]
     with LocalJournalStore(tmp_path / "journals") as client:
-        pipe.create(client)
-        make_input(client, pipe.sources, 50, seed=1, messy=False)
-        client.flush()
+        pipe.create(client, 50, seed=1, messy=False)
         group.apply([spec])
         etcd = gazette_cluster.etcd_address
         with Member(client, pipe.app(), etcd, prefix=group.prefix, lease_ttl=TTL,
