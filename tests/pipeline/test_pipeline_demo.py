@@ -100,8 +100,10 @@ def test_ctrl_c_while_spark_works_stops_the_demo_quietly(tmp_path: Path) -> None
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
+        # A progress line of the Spark job's block: its active stages, or, between
+        # two jobs, that Spark is still working (either means a job is under way).
         for line in proc.stdout:
-            if "Spark working" in line:  # (its first job is running)
+            if "Spark working" in line or "Spark: stage" in line:
                 break
         else:
             raise AssertionError(f"no Spark job: {proc.communicate()[1]}")
