@@ -345,3 +345,58 @@ def test_many_batches_spill_from_the_record_page_and_stay_checked(tmp_path: Path
             (6300, 6314)]
     finally:
         os.close(fd)
+
+
+@pytest.mark.parametrize("piece", [1, 7, 4096, 1 << 20])
+def test_fragment_sha1_is_the_files_sha1_in_pieces_of_any_size(tmp_path: Path, piece: int) -> None:
+    """Hashed in pieces of any size (a sealing writer's are large, a reader's
+    1 MiB): the SHA-1 of the first ``size`` bytes, or of all there is."""
+    import hashlib
+
+    from journal._local.files import fragment_sha1
+
+    data = os.urandom(10_001)
+    path = tmp_path / "f"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for size in (0, 1, 4096, 9_999, 10_001):
+            assert fragment_sha1(fd, size, piece=piece) == hashlib.sha1(data[:size]).digest()
+        assert fragment_sha1(fd, 20_000, piece=piece) == hashlib.sha1(data).digest()
+    finally:
+        os.close(fd)
+
+
+def test_fragments_sealed_while_another_thread_publishes_are_named_by_their_sha1(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Writers seal fragments, hashing them in pieces (a few here), while the
+    application's thread publishes: every sealed file's name holds the SHA-1
+    of its bytes, and a verifying reader reads every message back."""
+    import hashlib
+
+    from journal._local import files
+    from journal._local.fragment import parse_sealed_name
+    from message import modulo_mapping
+
+    monkeypatch.setattr(files, "_SEAL_CHUNK", 3_000)
+    root = tmp_path / "root"
+    n = 20_000
+    with LocalJournalStore(root, fragment_size=32_000) as s:
+        specs = [s.create(f"{J}-{i}", NDJSON) for i in range(2)]
+        mapping = modulo_mapping(lambda d: str(d["n"]), lambda: specs)
+        pub = Publisher(s)
+        for i in range(n):
+            pub.publish_committed(mapping, JsonDocument(n=i))
+        s.flush()
+    sealed = [p for p in root.rglob("*") if p.is_file() and parse_sealed_name(p.name)]
+    assert len(sealed) > 20
+    for p in sealed:
+        name = parse_sealed_name(p.name)
+        assert name is not None
+        assert hashlib.sha1(p.read_bytes()).digest() == name[2], p.name
+    got = []
+    with LocalJournalStore(root, verify_fragments=True) as s:
+        for spec in specs:
+            with ReadCommittedIter(s, spec.name, lambda _: JsonDocument()) as it:
+                got += [e.message["n"] for e in it]
+    assert sorted(got) == list(range(n))
