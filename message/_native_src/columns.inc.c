@@ -12,7 +12,9 @@
  * The strings of an Arrow string array (its data buffer, and its n + 1
  * int32 offsets) in the canonical UUID form, as 64-bit halves into the
  * uint64 buffers hi and lo (n items each). Rows whose string is not
- * canonical (or empty: a null) are listed, and left for the caller. */
+ * canonical are listed, and left for the caller; an empty one (a null, or a
+ * document without a UUID) is the nil UUID, and is not listed: a column of
+ * them would cost the caller a failed parse per row. */
 static PyObject *
 parse_uuids(PyObject *module, PyObject *args)
 {
@@ -39,6 +41,9 @@ parse_uuids(PyObject *module, PyObject *args)
                  && parse_canonical36(chars + b, &h[i], &l[i]);
         if (!ok) {
             h[i] = l[i] = 0;
+            if (e <= b) {
+                continue; /* empty: the nil UUID */
+            }
             PyObject *row = PyLong_FromSsize_t(i);
             if (row == NULL || PyList_Append(out, row) < 0) {
                 Py_XDECREF(row);

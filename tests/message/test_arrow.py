@@ -650,14 +650,17 @@ def test_line_ends_are_the_newlines(data: bytes, at: list[int]) -> None:
 @given(st.lists(st.tuples(st.one_of(st.integers(0, 2**64 - 1), st.integers(0, 2**20)),
                           st.integers(0, 2**64 - 1)), max_size=30),
        st.lists(st.tuples(st.sampled_from(["", "x", "{", "G", "g", "-", "A", "f", "F", "@", "`",
-                                           ":", "/", "\x10", "\x19", "\x7f", "é", "A"]),
+                                           ":", "/", "\x10", "\x19", "\x7f", "é", "A",
+                                           "<empty>"]),
                           st.integers(0, 34)), max_size=30))
 def test_native_uuid_columns_are_the_numpy_definitions(
     halves: list[tuple[int, int]], spoil: list[tuple[str, int]]
 ) -> None:
     """Native UUID formatting, envelope fields (clocks, flags, publish times,
     before 1970 too) and parsing against the numpy definitions: canonical
-    strings (lower and upper case), and ones spoiled here and there."""
+    strings (lower and upper case), ones spoiled here and there, and empty
+    ones (a null, or a document without a UUID: the nil UUID, not a row left
+    over to parse)."""
     import numpy as np
 
     from message import columns
@@ -675,7 +678,8 @@ def test_native_uuid_columns_are_the_numpy_definitions(
     strings = [text[i:i + 36].decode() for i in range(0, len(text), 36)]
     for i, (c, at) in enumerate(spoil[: len(strings)]):
         s = strings[i]  # "é" is two bytes: it takes the place of two characters
-        strings[i] = s.upper() if c == "A" else s[:at] + c + s[at + 1 + (c == "é"):]
+        strings[i] = ("" if c == "<empty>" else s.upper() if c == "A"
+                      else s[:at] + c + s[at + 1 + (c == "é"):])
     data = "".join(strings).encode()
     offsets = np.cumsum([0] + [len(s.encode()) for s in strings]).astype(np.int32)
     h1, l1 = np.zeros(len(strings), np.uint64), np.zeros(len(strings), np.uint64)
@@ -683,6 +687,7 @@ def test_native_uuid_columns_are_the_numpy_definitions(
     rest = _core.NATIVE.parse_uuids(data, offsets, h1, l1)
     assert rest == columns._parse_canonical(np.frombuffer(data, np.uint8), offsets, h2, l2)
     assert h1.tolist() == h2.tolist() and l1.tolist() == l2.tolist()
+    assert not any(strings[i] == "" for i in rest)
 
 
 def test_fields_named_like_envelope_columns_are_content_columns_of_their_own() -> None:
