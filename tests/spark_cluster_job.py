@@ -25,11 +25,15 @@ from typing import Any
 
 
 def main(master: str, broker: str, scenario: str, prefix: str = "", file_root: str = "") -> None:
-    spark = _session(master, scenario)
-    try:
-        if scenario == "--serve":
+    if scenario == "--serve":
+        spark = _session(master, "serve")
+        try:
             _serve(spark, broker)
-            return
+        finally:
+            spark.stop()
+        return
+    spark = _session(master, scenario, speculation=scenario == "speculation")
+    try:
         out = SCENARIOS[scenario](spark, broker, prefix, file_root)
     finally:
         spark.stop()
@@ -51,17 +55,18 @@ def _serve(spark: Any, broker: str) -> None:
         print("RESULT " + json.dumps(out), flush=True)
 
 
-def _session(master: str, scenario: str) -> Any:
+def _session(master: str, name: str, *, speculation: bool = False) -> Any:
+    """The application ``exactly-test-NAME`` on ``master``."""
     import pipeline
 
     conf = {"spark.executor.memory": "512m", "spark.task.maxFailures": "4",
             "spark.cores.max": "2", "spark.sql.execution.arrow.maxRecordsPerBatch": "50"}
-    if scenario == "speculation":
+    if speculation:
         conf.update({"spark.speculation": "true", "spark.speculation.interval": "100ms",
                      "spark.speculation.multiplier": "1.5", "spark.speculation.quantile": "0.5",
                      "spark.speculation.minTaskRuntime": "500ms"})
     return pipeline.cluster_session(
-        master, app=f"exactly-test-{scenario.lstrip('-')}", driver_host="127.0.0.1", conf=conf)
+        master, app=f"exactly-test-{name}", driver_host="127.0.0.1", conf=conf)
 
 
 def _write(df: Any, broker: str, journal: str) -> None:

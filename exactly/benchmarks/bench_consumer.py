@@ -33,6 +33,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import orjson
@@ -99,13 +100,14 @@ def _read(store: LocalJournalStore, names: list[str]) -> int:
 class _Derive(Application):
     """For each message: count its session in the store, publish a derived one."""
 
-    def __init__(self, make_store: Callable[[Any], Store], mapping: Any) -> None:
-        self.make_store = make_store
+    def __init__(self, mapping: Any, make_store: Callable[[Any], Store] | None = None) -> None:
+        self.make_store = make_store  # (None: consumed outside a shard)
         self.mapping = mapping
         self.consumed = 0
         self.counts: dict[str, int] = {}
 
     def new_store(self, shard: Any) -> Store:
+        assert self.make_store is not None
         return self.make_store(shard)
 
     def new_message(self, spec: Any) -> JsonDocument:
@@ -156,7 +158,7 @@ def _ctp(store: LocalJournalStore, sources: list[str], work: Path, kind: str, ru
         s.connection.commit()
         return s
 
-    app = _Derive(make_store, mapping)
+    app = _Derive(mapping, make_store)
     spec = ShardSpec("ctp", sources=sources, max_txn_duration=0.01)
     with Runner(store, app, [spec]) as runner:
         runner.run_until_idle(timeout=600)
@@ -165,24 +167,21 @@ def _ctp(store: LocalJournalStore, sources: list[str], work: Path, kind: str, ru
 
 
 def _at_least_once(store: LocalJournalStore, sources: list[str], run: int, n: int) -> None:
-    """The ctp loop without exactly-once: read committed, count, publish each
-    derived message committed (no transaction, no store, no checkpoint);
-    durable once flushed at the end."""
+    """The ctp loop without exactly-once: read committed, and hand each
+    message to the same application's ``consume_message``, whose publishes
+    go out committed (no transaction, no store, no checkpoint); durable once
+    flushed at the end."""
     outs = [store.create(f"alo{run}/part-{i}", NDJSON) for i in range(2)]
-    mapping = modulo_mapping(_session, lambda: outs)
-    publish = Publisher(store).publish_committed
-    counts: dict[str, int] = {}
-    consumed = 0
+    app = _Derive(modulo_mapping(_session, lambda: outs))
+    consume = app.consume_message
+    committed = SimpleNamespace(publish_uncommitted=Publisher(store).publish_committed)
     for name in sources:
         with ReadCommittedIter(store, name, _new_doc, include_acks=False) as it:
             for envelope in it:
-                m: Any = envelope.message
-                counts[m["session"]] = counts.get(m["session"], 0) + 1
-                publish(mapping, JsonDocument(session=m["session"], page=m["page"], n=m["n"]))
-                consumed += 1
+                consume(None, None, envelope, committed)
     store.flush()
-    if consumed != n:
-        raise RuntimeError(f"the at-least-once loop consumed {consumed} messages, not {n}")
+    if app.consumed != n:
+        raise RuntimeError(f"the at-least-once loop consumed {app.consumed} messages, not {n}")
 
 
 def _publish_committed(root: Path, n: int, docs: list[JsonDocument]) -> None:

@@ -72,12 +72,7 @@ class SharedDriver:
 
     def _start(self) -> None:
         self.stderr = tempfile.TemporaryFile("w+")  # noqa: SIM115 -- closed by stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.spark_cluster_job", self.spark_cluster.master_url,
-             self.gazette_cluster.address, "--serve"],
-            cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
-            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
+        self.proc = job(self, "--serve", stdin=subprocess.PIPE, stderr=self.stderr)
         stdout = self.proc.stdout
         assert stdout is not None
 
@@ -131,17 +126,24 @@ def shared(spark_cluster: Any, gazette_cluster: Any) -> Iterator[SharedDriver]:
     assert status == 0, f"the shared driver exited {status}"
 
 
+def job(shared: SharedDriver, *args: str, stdin: Any = None,
+        stderr: Any = subprocess.PIPE) -> subprocess.Popen[str]:
+    """A driver process (``tests.spark_cluster_job MASTER BROKER *args``) on
+    the module's clusters; its standard output is a pipe."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.spark_cluster_job", shared.spark_cluster.master_url,
+         shared.gazette_cluster.address, *args],
+        cwd=ROOT, stdin=stdin, stdout=subprocess.PIPE, stderr=stderr, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+
+
 def driver(shared: SharedDriver, scenario: str, prefix: str) -> subprocess.Popen[str]:
     """A driver process of its own for ``scenario`` (the shared one stopped
     first: it would hold the cluster's cores; how it ended is for the tests
     that used it, and the module's end, to say)."""
     shared.stop()
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.spark_cluster_job", shared.spark_cluster.master_url,
-         shared.gazette_cluster.address, scenario, prefix],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    return job(shared, scenario, prefix)
 
 
 def finish(proc: subprocess.Popen[str], timeout: float = 300) -> dict[str, Any]:
