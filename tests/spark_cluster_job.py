@@ -25,15 +25,13 @@ from typing import Any
 
 
 def main(master: str, broker: str, scenario: str, prefix: str = "", file_root: str = "") -> None:
-    if scenario == "--serve":
-        spark = _session(master, "serve")
-        try:
-            _serve(spark, broker)
-        finally:
-            spark.stop()
-        return
-    spark = _session(master, scenario, speculation=scenario == "speculation")
+    serve = scenario == "--serve"
+    spark = _session(master, "serve" if serve else scenario,
+                     speculation=scenario == "speculation")
     try:
+        if serve:
+            _serve(spark, broker)
+            return
         out = SCENARIOS[scenario](spark, broker, prefix, file_root)
     finally:
         spark.stop()

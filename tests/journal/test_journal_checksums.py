@@ -9,6 +9,7 @@ asked to verify, and a repair must quarantine only the damaged batches.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -17,9 +18,18 @@ from pathlib import Path
 import pytest
 
 from journal import CorruptJournalError, LocalJournalStore
-from journal._local.files import JournalDir, open_batches, open_commit, read_record, read_sums
+from journal._local import files
+from journal._local.files import (
+    JournalDir,
+    fragment_sha1,
+    open_batches,
+    open_commit,
+    read_record,
+    read_sums,
+)
+from journal._local.fragment import parse_sealed_name
 from journal._local.sums import crc32c, unchecked
-from message import JsonDocument, Publisher, ReadCommittedIter, Transaction
+from message import JsonDocument, Publisher, ReadCommittedIter, Transaction, modulo_mapping
 
 NDJSON = {"content-type": "application/x-ndjson"}
 J = "sums/j"
@@ -351,10 +361,6 @@ def test_many_batches_spill_from_the_record_page_and_stay_checked(tmp_path: Path
 def test_fragment_sha1_is_the_files_sha1_in_pieces_of_any_size(tmp_path: Path, piece: int) -> None:
     """Hashed in pieces of any size (a sealing writer's are large, a reader's
     1 MiB): the SHA-1 of the first ``size`` bytes, or of all there is."""
-    import hashlib
-
-    from journal._local.files import fragment_sha1
-
     data = os.urandom(10_001)
     path = tmp_path / "f"
     path.write_bytes(data)
@@ -372,12 +378,6 @@ def test_fragments_sealed_while_another_thread_publishes_are_named_by_their_sha1
     """Writers seal fragments, hashing them in pieces (a few here), while the
     application's thread publishes: every sealed file's name holds the SHA-1
     of its bytes, and a verifying reader reads every message back."""
-    import hashlib
-
-    from journal._local import files
-    from journal._local.fragment import parse_sealed_name
-    from message import modulo_mapping
-
     monkeypatch.setattr(files, "_SEAL_CHUNK", 3_000)
     root = tmp_path / "root"
     n = 20_000
