@@ -74,6 +74,7 @@ from ._errors import EtcdError as EtcdError
 from ._errors import FencedError as FencedError
 from ._errors import StoreError as StoreError
 from ._interfaces import Application as Application
+from ._interfaces import PreparedCommit as PreparedCommit
 from ._interfaces import Store as Store
 from ._json_store import JSONFileStore as JSONFileStore
 from ._runner import Runner as Runner
@@ -123,7 +124,7 @@ else:
 
 __all__ = [
     # what a consumer is made of
-    "ShardSpec", "Shard", "Application", "Store",
+    "ShardSpec", "Shard", "Application", "Store", "PreparedCommit",
     # running it: in one process, or as members of a group kept in etcd
     "Runner", "Member", "ShardGroup", "EtcdClient", "read_spec_file", "DEFAULT_ETCD_PREFIX",
     "DEFAULT_LEASE_TTL", "MIN_LEASE_TTL", "GroupView", "MemberInfo", "Claim",

@@ -35,6 +35,14 @@ class Store(Protocol):
     checkpoint atomically and durably, or raises (``FencedError`` when
     fenced off); the changes are lost if it is never called.
     ``consumer.testing.check_store`` holds an implementation to this contract.
+
+    A store may also have ``prepare_commit(shard, checkpoint) ->
+    PreparedCommit``: ``start_commit`` in two steps, so that its slow part
+    runs while the runtime still waits for the transaction's appends to be
+    durable (``JSONFileStore`` writes and fsyncs its file then). The
+    runtime uses it when the store's ``start_commit`` is the one defined
+    with it (a store that overrides or wraps ``start_commit`` alone gets
+    ``start_commit`` called).
     """
 
     def restore_checkpoint(self, shard: Shard) -> Checkpoint: ...
@@ -42,6 +50,22 @@ class Store(Protocol):
     def start_commit(self, shard: Shard, checkpoint: Checkpoint) -> None: ...
 
     def close(self) -> None: ...
+
+
+class PreparedCommit(Protocol):
+    """What a store's optional ``prepare_commit`` returns: the transaction's
+    changes and checkpoint, as of the call, made ready to commit (written,
+    even durably) without being the store's yet.
+
+    ``commit()`` makes them the store's, atomically and durably, and raises
+    as ``start_commit`` would (``FencedError`` when fenced off);
+    ``abort()`` drops them. Exactly one of the two is called, and no other
+    commit of the store runs between ``prepare_commit`` and it.
+    """
+
+    def commit(self) -> None: ...
+
+    def abort(self) -> None: ...
 
 
 class Application(abc.ABC):

@@ -22,9 +22,11 @@ system whose ``link`` is atomic and fails on an existing name (NFSv3+).
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -36,12 +38,34 @@ from message import Checkpoint, CheckpointError
 from ._errors import ConsumerError, FencedError, StoreError, store_failures
 
 if TYPE_CHECKING:
+    from ._interfaces import PreparedCommit
     from ._shard import Shard
 
 _NAME: Final = re.compile(r"(\d{16})\.json")
 #: Generations kept besides the newest (a few, so that nothing is read
 #: while being removed).
 _KEEP: Final = 3
+
+
+class _Prepared:
+    """A commit of a ``JSONFileStore`` written, not yet made the store's."""
+
+    __slots__ = ("_link", "_tmp")
+
+    def __init__(self, link: Callable[[Path], None], tmp: Path) -> None:
+        self._link = link
+        self._tmp: Path | None = tmp
+
+    def commit(self) -> None:
+        tmp, self._tmp = self._tmp, None
+        if tmp is None:
+            raise ConsumerError("this commit was committed or aborted already")
+        self._link(tmp)
+
+    def abort(self) -> None:
+        tmp, self._tmp = self._tmp, None
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
 
 
 class JSONFileStore:
@@ -97,9 +121,9 @@ class JSONFileStore:
                 f"{path}: not a JSONFileStore state file: {exc}", store="JSONFileStore"
             ) from exc
 
-    def _write_temp(self, shard: str, checkpoint: Checkpoint, state: dict[str, Any]) -> Path:
+    def _serialize(self, shard: str, checkpoint: Checkpoint, state: dict[str, Any]) -> bytes:
         try:
-            data = orjson.dumps(
+            return orjson.dumps(
                 {"shard": shard, "checkpoint": checkpoint.to_dict(), "state": state}
             )
         except TypeError as exc:
@@ -107,6 +131,8 @@ class JSONFileStore:
                 f"{self.path}: the state is not JSON (str keys, JSON values): {exc}",
                 store="JSONFileStore",
             ) from exc
+
+    def _write_temp(self, data: bytes) -> Path:
         tmp = self.path / f".tmp-{os.getpid()}-{secrets.token_hex(6)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
@@ -143,7 +169,7 @@ class JSONFileStore:
         while True:
             gens = self._generations()
             if not gens:
-                tmp = self._write_temp(shard.id, Checkpoint(), {})
+                tmp = self._write_temp(self._serialize(shard.id, Checkpoint(), {}))
                 try:
                     taken = self._link(tmp, 1)
                 finally:
@@ -161,14 +187,31 @@ class JSONFileStore:
     def start_commit(self, shard: Shard, checkpoint: Checkpoint) -> None:
         """Write ``.state`` and ``checkpoint`` as the next generation, durably;
         ``FencedError`` if another instance restored since this one did."""
+        self.prepare_commit(shard, checkpoint).commit()
+
+    def prepare_commit(self, shard: Shard, checkpoint: Checkpoint) -> PreparedCommit:
+        """``start_commit`` in two steps (see ``consumer.PreparedCommit``):
+        ``.state`` and ``checkpoint`` are written now to a file of their own,
+        durably; its ``commit()`` makes that file the next generation (the
+        commit point: ``FencedError`` if fenced off), its ``abort()`` removes
+        it. The runtime prepares while the transaction's appends are still
+        being made durable, so that the two waits overlap."""
         self._check_open(shard)
         if self._gen is None:
             raise ConsumerError(f"{self!r}: restore_checkpoint() before start_commit()")
+        data = self._serialize(shard.id, checkpoint, self.state)
         with store_failures(self, "could not commit", shard.id, (OSError,)):
-            self._commit(shard, checkpoint, self._gen + 1)
+            return _Prepared(functools.partial(self._commit, shard), self._write_temp(data))
 
-    def _commit(self, shard: Shard, checkpoint: Checkpoint, nxt: int) -> None:
-        tmp = self._write_temp(shard.id, checkpoint, self.state)
+    def _commit(self, shard: Shard, tmp: Path) -> None:
+        if self._closed:
+            tmp.unlink(missing_ok=True)
+            self._check_open(shard)
+        assert self._gen is not None
+        with store_failures(self, "could not commit", shard.id, (OSError,)):
+            self._link_next(shard, tmp, self._gen + 1)
+
+    def _link_next(self, shard: Shard, tmp: Path, nxt: int) -> None:
         try:
             taken = self._link(tmp, nxt)
         finally:

@@ -15,7 +15,9 @@ no longer holds), and then runs transactions, as Gazette's consumer does
 3. ``finalize_txn``; then, once every message the shard published (and the
    previous transaction's ACKs) is durable, the checkpoint — read offsets,
    producer states and the ACK intents of this transaction — is committed
-   with the store's changes by ``start_commit``;
+   with the store's changes by ``start_commit`` (a store with
+   ``prepare_commit`` prepares while the appends are still being made
+   durable, and commits once they are: see ``prepared_commit``);
 4. only then are the ACK intents appended: downstream readers see the
    output. A crash before step 3 leaves the output uncommitted (rolled back
    by the next start's re-appended intents where this producer wrote
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -52,7 +55,7 @@ if TYPE_CHECKING:
 
     from journal import AppendResult, JournalClient
 
-    from ._interfaces import Application, Store
+    from ._interfaces import Application, PreparedCommit, Store
 
 log = logging.getLogger("consumer")
 
@@ -128,6 +131,8 @@ class ShardLoop:
         self._tracked = TrackingClient(client)
         self._appends = self._tracked.pending
         self._publisher: Publisher | None = None
+        # The store's prepare_commit, if it is to be used (see prepared_commit).
+        self._prepare: Callable[[Shard, Checkpoint], PreparedCommit] | None = None
         # Of the restored checkpoint, what concerns journals that are not
         # sources (kept in every checkpoint, in case they are again).
         self._other_offsets: dict[str, int] = {}
@@ -187,6 +192,7 @@ class ShardLoop:
             self._check_store(shard, store)  # (raising, the store is closed on the way out)
         cp = _restore(store, shard)
         self._recover(cp)
+        self._prepare = prepared_commit(store)
         # A Publisher of this start of the shard: a fresh producer ID, and
         # its own clock, which follows the wall clock.
         self._publisher = Publisher(self._tracked)
@@ -365,9 +371,6 @@ class ShardLoop:
         shard, store, publisher = self.shard, self._store, self._publisher
         assert store is not None and publisher is not None
         self._finalize_txn(shard, store, publisher)
-        # What the transaction published, and the last ACKs, must be
-        # durable before a checkpoint that depends on them commits.
-        self._appends.settle()
         offsets = dict(self._other_offsets)
         states = list(self._other_states)
         for src in self._sources:
@@ -378,8 +381,22 @@ class ShardLoop:
             states.extend(part.states)
         intents = publisher.build_ack_intents()
         cp = Checkpoint(offsets, states, {i.journal: i.intent for i in intents})
-        committing = time.monotonic()
-        store.start_commit(shard, cp)  # what it raises, it raises as it is
+        # What the transaction published, and the last ACKs, must be
+        # durable before a checkpoint that depends on them commits.
+        if self._prepare is None:
+            self._appends.settle()
+            committing = time.monotonic()
+            store.start_commit(shard, cp)  # what it raises, it raises as it is
+        else:
+            # The store's slow part first: the writers finish meanwhile.
+            committing = time.monotonic()
+            prepared = self._prepare(shard, cp)
+            try:
+                self._appends.settle()
+            except BaseException:
+                prepared.abort()
+                raise
+            prepared.commit()
         # Committed: now downstream readers may see what it published.
         append = self._tracked.append
         for i in intents:
@@ -451,6 +468,22 @@ def _no_hook(*args: object) -> None:
 
 def _not_started(timeout: float | None) -> Envelope | None:
     raise RuntimeError("the shard is not serving")
+
+
+def prepared_commit(store: Store) -> Callable[[Shard, Checkpoint], PreparedCommit] | None:
+    """The store's ``prepare_commit`` if the runtime is to commit through it:
+    the store has one, and its ``start_commit`` is the one defined with it
+    (a store that overrides or wraps ``start_commit`` alone gets its own
+    ``start_commit`` called). None with ``EXACTLY_PURE_PYTHON`` set: every
+    store then commits by ``start_commit``, the definition of the same."""
+    if os.environ.get("EXACTLY_PURE_PYTHON", "") not in ("", "0"):
+        return None
+    prepare = getattr(store, "prepare_commit", None)
+    if not callable(prepare) or "start_commit" in getattr(store, "__dict__", {}):
+        return None
+    owners = [next((c for c in type(store).__mro__ if name in vars(c)), None)
+              for name in ("prepare_commit", "start_commit")]
+    return prepare if owners[0] is owners[1] else None
 
 
 def _restore(store: Store, shard: Shard) -> Checkpoint:

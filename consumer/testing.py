@@ -93,6 +93,8 @@ def check_store(
         cp = last.restore_checkpoint(shard)
         _expect(cp == _checkpoint(4),
                 f"a fenced commit changes nothing; the newer one stands (restored {cp})")
+        if callable(getattr(last, "prepare_commit", None)):
+            _check_prepared(last, new_store, shard)
         if several_shards:
             other_shard = _shard("conformance-other")
             peer = new_store()
@@ -103,3 +105,35 @@ def check_store(
                 peer.close()
     finally:
         last.close()
+
+
+def _check_prepared(store: Store, new_store: Callable[[], Store], shard: Shard) -> None:
+    """The optional ``prepare_commit`` (see ``consumer.PreparedCommit``):
+    nothing is committed until ``commit()``; ``abort()`` commits nothing;
+    a prepared commit of an instance fenced off meanwhile raises
+    ``FencedError`` at ``commit()`` and changes nothing."""
+    prepare = store.prepare_commit  # type: ignore[attr-defined]
+
+    def restored() -> Checkpoint:
+        reader = new_store()  # (fences `store` off: used last)
+        try:
+            return reader.restore_checkpoint(shard)
+        finally:
+            reader.close()
+
+    prepare(shard, _checkpoint(5)).abort()
+    prepared = prepare(shard, _checkpoint(6))
+    prepared.commit()
+    prepared = prepare(shard, _checkpoint(7))
+    cp = restored()
+    _expect(cp == _checkpoint(6), "prepare_commit commits nothing until commit(), and"
+            f" abort() nothing at all (restored {cp}, not the 6th checkpoint)")
+    try:
+        prepared.commit()
+    except FencedError:
+        pass
+    else:
+        raise AssertionError("store contract: a prepared commit of an instance fenced off"
+                             " since raises FencedError at commit()")
+    cp = restored()
+    _expect(cp == _checkpoint(6), f"a fenced prepared commit changes nothing (restored {cp})")

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from consumer import FencedError, Runner, Shard, ShardSpec, Store
+from consumer import FencedError, PreparedCommit, Runner, Shard, ShardSpec, Store
 from journal import AppendResult, JournalClient, LocalJournalStore
 from message import Checkpoint
 from tests.consumer_support import CountingApp, open_store
@@ -86,19 +86,38 @@ def main() -> int:
 
     def make_store(shard: Shard) -> Store:
         store = open_store(config["store"], shard)
-        commit: Callable[[Shard, Checkpoint], None] = store.start_commit
         restore: Callable[[Shard], Checkpoint] = store.restore_checkpoint
+        prepare = getattr(store, "prepare_commit", None)
+        if prepare is not None:
+            # A store that commits in two steps: the commit is the second.
+            def prepare_commit(shard: Shard, checkpoint: Checkpoint) -> PreparedCommit:
+                prepared = prepare(shard, checkpoint)
 
-        def start_commit(shard: Shard, checkpoint: Checkpoint) -> None:
-            commit(shard, checkpoint)
-            on_commit(shard)
+                class Hooked:
+                    def commit(self) -> None:
+                        prepared.commit()
+                        on_commit(shard)
+
+                    def abort(self) -> None:
+                        prepared.abort()
+
+                return Hooked()
+
+            store.prepare_commit = prepare_commit  # type: ignore[attr-defined]
+        else:
+            commit: Callable[[Shard, Checkpoint], None] = store.start_commit
+
+            def start_commit(shard: Shard, checkpoint: Checkpoint) -> None:
+                commit(shard, checkpoint)
+                on_commit(shard)
+
+            store.start_commit = start_commit  # type: ignore[method-assign]
 
         def restore_checkpoint(shard: Shard) -> Checkpoint:
             restored = restore(shard)
             print(f"restored {shard.id}", flush=True)
             return restored
 
-        store.start_commit = start_commit  # type: ignore[method-assign]
         store.restore_checkpoint = restore_checkpoint  # type: ignore[method-assign]
         return store
 

@@ -4,8 +4,10 @@ tests/consumer_support.py)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -15,13 +17,14 @@ from consumer import (
     Application,
     FencedError,
     JSONFileStore,
+    PreparedCommit,
     Runner,
     Shard,
     ShardSpec,
     SQLiteStore,
     Store,
 )
-from journal import JournalNotFoundError, LocalJournalStore, MemoryJournalClient
+from journal import JournalError, JournalNotFoundError, LocalJournalStore, MemoryJournalClient
 from message import (
     Checkpoint,
     Envelope,
@@ -368,6 +371,116 @@ def test_a_restored_store_fences_off_the_running_instance(
         runner.run_until_idle(timeout=60)
     runner.stop()
     assert sum(len(v) for v in output_by_key(journals, OUTPUTS).values()) == 50
+
+
+class PreparingSpy(JSONFileStore):
+    """A JSONFileStore that records its prepare_commit, the commit() or
+    abort() of each, and its start_commit (defining both, it keeps the
+    runtime committing through prepare_commit)."""
+
+    def __init__(self, path: Path, events: list[Any], visible: Any) -> None:
+        super().__init__(path)
+        self.events = events
+        self.visible = visible
+
+    def prepare_commit(self, shard: Shard, checkpoint: Checkpoint) -> PreparedCommit:
+        prepared = super().prepare_commit(shard, checkpoint)
+        self.events.append("prepare")
+        events, visible = self.events, self.visible
+
+        class Recorded:
+            def commit(self) -> None:
+                events.append(("commit", visible()))
+                prepared.commit()
+
+            def abort(self) -> None:
+                events.append("abort")
+                prepared.abort()
+
+        return Recorded()
+
+    def start_commit(self, shard: Shard, checkpoint: Checkpoint) -> None:
+        self.events.append("start_commit")
+        super().start_commit(shard, checkpoint)
+
+
+def test_a_store_that_prepares_commits_after_the_appends_and_before_the_acks(
+        journals: Any, tmp_path: Path) -> None:
+    """A store with prepare_commit is prepared at each transaction's end and
+    committed once its appends are durable, before its ACKs: at each commit
+    only the earlier transactions' output is visible. (In line, with
+    EXACTLY_PURE_PYTHON set, start_commit does both steps.)"""
+    make_input(journals, SOURCES, 200, seed=8, messy=False)
+    events: list[Any] = []
+
+    def visible() -> int:
+        return sum(len(v) for v in output_by_key(journals, OUTPUTS).values())
+
+    spec = ShardSpec("count", sources=SOURCES, max_txn_duration=0.02)
+    app = CountingApp(lambda shard: PreparingSpy(tmp_path / "spy", events, visible),
+                      {"count": OUTPUTS}, on_message=lambda shard, env: time.sleep(0.001))
+    with Runner(journals, app, [spec]) as runner:
+        runner.run_until_idle(timeout=60)
+    in_line = os.environ.get("EXACTLY_PURE_PYTHON", "") not in ("", "0")
+    steps = [e for e in events if e != "start_commit"]
+    assert steps[0::2] == ["prepare"] * app.finalized >= ["prepare"] * 2
+    assert [e[0] for e in steps[1::2]] == ["commit"] * app.finalized
+    assert events.count("start_commit") == (app.finalized if in_line else 0)
+    seen = [e[1] for e in steps[1::2]]
+    assert seen == sorted(seen) and seen[0] == 0 and seen[-1] < 200
+    assert visible() == 200
+    check_outcome(journals, f"json:{tmp_path}/spy", spec)
+
+
+class FailingAppends:
+    """The journal client, whose appends to ``outputs`` fail from the
+    ``after``-th on (a disk that filled, a broker that refused)."""
+
+    def __init__(self, client: Any, outputs: list[str], after: int) -> None:
+        self._client = client
+        self._outputs = outputs
+        self._left = after
+
+    def append(self, name: str, data: bytes) -> Future[Any]:
+        if name in self._outputs:
+            self._left -= 1
+            if self._left < 0:
+                failed: Future[Any] = Future()
+                failed.set_exception(JournalError(f"{name}: no space left on device"))
+                return failed
+        return self._client.append(name, data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def test_an_append_that_fails_before_the_commit_commits_nothing(
+        journals: Any, tmp_path: Path) -> None:
+    """An append of the transaction that fails stops the shard with that
+    error, before its commit: what the store prepared is dropped (no file
+    left), the last commit stands, and a new start finishes the work."""
+    make_input(journals, SOURCES, 300, seed=9, messy=False)
+    events: list[Any] = []
+    spec = ShardSpec("count", sources=SOURCES, max_txn_duration=0.02)
+    app = CountingApp(lambda shard: PreparingSpy(tmp_path / "spy", events, lambda: 0),
+                      {"count": OUTPUTS}, on_message=lambda shard, env: time.sleep(0.0005))
+    with pytest.raises(JournalError, match="no space left"), \
+            Runner(FailingAppends(journals, OUTPUTS, 150), app, [spec]) as runner:
+        runner.run_until_idle(timeout=60)
+    commits = sum(1 for e in events if isinstance(e, tuple))
+    assert 1 <= commits < app.finalized
+    # Prepared while the appends were still being made, then dropped (in
+    # line, with EXACTLY_PURE_PYTHON set, nothing follows the last commit).
+    in_line = os.environ.get("EXACTLY_PURE_PYTHON", "") not in ("", "0")
+    assert isinstance(events[-1], tuple) if in_line else events[-1] == "abort"
+    assert not [p for p in (tmp_path / "spy").iterdir() if p.name.startswith(".tmp")]
+    restored = JSONFileStore(tmp_path / "spy")
+    restored.restore_checkpoint(Shard(spec, journals))
+    assert sum(restored.state["counts"].values()) < 300
+    app = CountingApp(lambda shard: JSONFileStore(tmp_path / "spy"), {"count": OUTPUTS})
+    with Runner(journals, app, [spec]) as runner:
+        runner.run_until_idle(timeout=60)
+    check_outcome(journals, f"json:{tmp_path}/spy", spec)
 
 
 def test_stop_commits_the_open_transaction(journals: Any, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from consumer import (
+    ConsumerError,
     FencedError,
     JSONFileStore,
     PostgresStore,
@@ -83,6 +84,55 @@ def test_json_state_commits_with_the_checkpoint(tmp_path: Path) -> None:
     b = JSONFileStore(tmp_path / "s")
     assert b.restore_checkpoint(shard()) == cp(1)
     assert b.state == {"words": {"cat": 2}}
+
+
+def test_json_prepared_commit_is_the_state_as_prepared(tmp_path: Path) -> None:
+    """prepare_commit takes .state as it is then, written aside: a reader sees
+    the last commit until commit(); what the application changes after the
+    prepare belongs to the next commit."""
+    a = JSONFileStore(tmp_path / "s")
+    a.restore_checkpoint(shard())
+    a.state["words"] = {"cat": 2}
+    a.start_commit(shard(), cp(1))
+    a.state["words"]["dog"] = 1
+    prepared = a.prepare_commit(shard(), cp(2))
+    a.state["words"]["emu"] = 5  # the next transaction, begun at once
+    assert a.read_checkpoint()[1:] == (cp(1), {"words": {"cat": 2}})
+    prepared.commit()
+    assert a.read_checkpoint()[1:] == (cp(2), {"words": {"cat": 2, "dog": 1}})
+    with pytest.raises(ConsumerError, match="committed or aborted already"):
+        prepared.commit()
+    prepared.abort()  # (after a commit: nothing to drop)
+    a.start_commit(shard(), cp(3))
+    b = JSONFileStore(tmp_path / "s")
+    assert b.restore_checkpoint(shard()) == cp(3)
+    assert b.state == {"words": {"cat": 2, "dog": 1, "emu": 5}}
+
+
+def test_json_prepared_commit_aborted_or_fenced_leaves_nothing(tmp_path: Path) -> None:
+    """An aborted prepared commit, or one fenced off at its commit(), leaves
+    no file behind and the last commit standing."""
+    a = JSONFileStore(tmp_path / "s")
+    a.restore_checkpoint(shard())
+    a.start_commit(shard(), cp(1))
+
+    def temps() -> list[str]:
+        return [p.name for p in (tmp_path / "s").iterdir() if p.name.startswith(".tmp")]
+
+    prepared = a.prepare_commit(shard(), cp(2))
+    assert len(temps()) == 1
+    prepared.abort()
+    assert temps() == []
+    prepared = a.prepare_commit(shard(), cp(3))
+    b = JSONFileStore(tmp_path / "s")
+    assert b.restore_checkpoint(shard()) == cp(1)  # fences `a` off
+    with pytest.raises(FencedError):
+        prepared.commit()
+    assert temps() == []
+    a.close()
+    with pytest.raises(StoreError, match="closed"):
+        a.prepare_commit(shard(), cp(4))
+    assert JSONFileStore(tmp_path / "s").restore_checkpoint(shard()) == cp(1)
 
 
 def test_json_store_keeps_a_few_generations(tmp_path: Path) -> None:
