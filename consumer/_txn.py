@@ -394,7 +394,11 @@ class ShardLoop:
             try:
                 self._appends.settle()
             except BaseException:
-                prepared.abort()
+                try:
+                    prepared.abort()
+                except Exception as exc:  # the append's failure is what stops the shard
+                    log.warning("shard %s: dropping its prepared commit failed: %s",
+                                shard.id, exc)
                 raise
             prepared.commit()
         # Committed: now downstream readers may see what it published.
