@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Generator
@@ -39,6 +38,7 @@ from typing import TYPE_CHECKING, Final
 
 from journal import CloseAtExit, JournalNotFoundError, TrackingClient, metrics
 from message import (
+    IMPLEMENTATION,
     Checkpoint,
     CommittedSource,
     Envelope,
@@ -478,9 +478,10 @@ def prepared_commit(store: Store) -> Callable[[Shard, Checkpoint], PreparedCommi
     """The store's ``prepare_commit`` if the runtime is to commit through it:
     the store has one, and its ``start_commit`` is the one defined with it
     (a store that overrides or wraps ``start_commit`` alone gets its own
-    ``start_commit`` called). None with ``EXACTLY_PURE_PYTHON`` set: every
-    store then commits by ``start_commit``, the definition of the same."""
-    if os.environ.get("EXACTLY_PURE_PYTHON", "") not in ("", "0"):
+    ``start_commit`` called). None where the Python implementation runs
+    (``message.IMPLEMENTATION``; ``EXACTLY_PURE_PYTHON=1``): every store
+    then commits by ``start_commit``, the definition of the same."""
+    if IMPLEMENTATION == "python":
         return None
     prepare = getattr(store, "prepare_commit", None)
     if not callable(prepare) or "start_commit" in getattr(store, "__dict__", {}):

@@ -4,7 +4,6 @@ tests/consumer_support.py)."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from concurrent.futures import Future
@@ -26,6 +25,7 @@ from consumer import (
 )
 from journal import JournalError, JournalNotFoundError, LocalJournalStore, MemoryJournalClient
 from message import (
+    IMPLEMENTATION,
     Checkpoint,
     Envelope,
     JsonDocument,
@@ -409,7 +409,7 @@ def test_a_store_that_prepares_commits_after_the_appends_and_before_the_acks(
     """A store with prepare_commit is prepared at each transaction's end and
     committed once its appends are durable, before its ACKs: at each commit
     only the earlier transactions' output is visible. (In line, with
-    EXACTLY_PURE_PYTHON set, start_commit does both steps.)"""
+    the Python implementation, start_commit does both steps.)"""
     make_input(journals, SOURCES, 200, seed=8, messy=False)
     events: list[Any] = []
 
@@ -421,7 +421,7 @@ def test_a_store_that_prepares_commits_after_the_appends_and_before_the_acks(
                       {"count": OUTPUTS}, on_message=lambda shard, env: time.sleep(0.001))
     with Runner(journals, app, [spec]) as runner:
         runner.run_until_idle(timeout=60)
-    in_line = os.environ.get("EXACTLY_PURE_PYTHON", "") not in ("", "0")
+    in_line = IMPLEMENTATION == "python"
     steps = [e for e in events if e != "start_commit"]
     assert steps[0::2] == ["prepare"] * app.finalized >= ["prepare"] * 2
     assert [e[0] for e in steps[1::2]] == ["commit"] * app.finalized
@@ -470,8 +470,8 @@ def test_an_append_that_fails_before_the_commit_commits_nothing(
     commits = sum(1 for e in events if isinstance(e, tuple))
     assert 1 <= commits < app.finalized
     # Prepared while the appends were still being made, then dropped (in
-    # line, with EXACTLY_PURE_PYTHON set, nothing follows the last commit).
-    in_line = os.environ.get("EXACTLY_PURE_PYTHON", "") not in ("", "0")
+    # line, on the Python implementation, nothing follows the last commit).
+    in_line = IMPLEMENTATION == "python"
     assert isinstance(events[-1], tuple) if in_line else events[-1] == "abort"
     assert not [p for p in (tmp_path / "spy").iterdir() if p.name.startswith(".tmp")]
     restored = JSONFileStore(tmp_path / "spy")
