@@ -14,6 +14,10 @@ it, then *links* it to the next generation's name and fsyncs the directory.
 - Old generations are removed, keeping the newest few. A zombie whose next
   name was removed since could link it again; it then finds a newer
   generation in the directory, removes its file and raises ``FencedError``.
+- A crash between writing the temporary file and linking it leaves the
+  file behind. A restore removes such files once they are a minute old
+  (younger ones may be another instance's, in flight); a zombie whose file
+  went that way raises ``FencedError`` at its commit.
 
 Nothing is locked, so a stopped instance (SIGSTOP, a paused VM) never keeps
 a new one from restoring. It holds on one machine, or on a shared file
@@ -26,6 +30,7 @@ import functools
 import os
 import re
 import secrets
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -45,6 +50,9 @@ _NAME: Final = re.compile(r"(\d{16})\.json")
 #: Generations kept besides the newest (a few, so that nothing is read
 #: while being removed).
 _KEEP: Final = 3
+#: A temporary file this many seconds old is left over from a crash: the
+#: next restore removes it.
+_STALE_TEMP: Final = 60.0
 
 
 class _Prepared:
@@ -182,7 +190,21 @@ class JSONFileStore:
             cp, state, _ = self._read(top)
             if self._link(self._file(top), top + 1):
                 self._gen, self.state = top + 1, state
+                self._remove_stale_temps()
                 return cp
+
+    def _remove_stale_temps(self) -> None:
+        """Remove the temporary files that crashes left (see the module
+        docstring)."""
+        old = time.time() - _STALE_TEMP
+        for name in os.listdir(self.path):
+            if name.startswith(".tmp-"):
+                path = self.path / name
+                try:
+                    if path.stat().st_mtime < old:
+                        path.unlink()
+                except FileNotFoundError:
+                    pass  # (linked and removed by its writer meanwhile)
 
     def start_commit(self, shard: Shard, checkpoint: Checkpoint) -> None:
         """Write ``.state`` and ``checkpoint`` as the next generation, durably;
@@ -214,6 +236,11 @@ class JSONFileStore:
     def _link_next(self, shard: Shard, tmp: Path, nxt: int) -> None:
         try:
             taken = self._link(tmp, nxt)
+        except FileNotFoundError:
+            if not self.path.is_dir():
+                raise
+            # Our file was removed as a crash's by a newer instance's restore.
+            taken = False
         finally:
             tmp.unlink(missing_ok=True)
         if not taken:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -157,6 +158,42 @@ def test_json_store_ignores_a_temp_file_left_by_a_crash(tmp_path: Path) -> None:
     (tmp_path / "s" / ".tmp-1234-abcdef").write_bytes(b'{"checkpoint": {"off')
     again = JSONFileStore(tmp_path / "s")
     assert again.restore_checkpoint(shard()) == cp(1) and again.state == {"n": 1}
+
+
+def test_json_restore_removes_temp_files_crashes_left(tmp_path: Path) -> None:
+    """A restore removes temporary files a minute old or more (left by a
+    crash between writing and linking) and leaves younger ones, which may
+    be another instance's, in flight."""
+    s = JSONFileStore(tmp_path / "s")
+    s.restore_checkpoint(shard())
+    s.start_commit(shard(), cp(1))
+    old, young = tmp_path / "s" / ".tmp-1-aaaa", tmp_path / "s" / ".tmp-2-bbbb"
+    old.write_bytes(b'{"half')
+    young.write_bytes(b'{"half')
+    two_minutes_ago = time.time() - 120
+    os.utime(old, (two_minutes_ago, two_minutes_ago))
+    again = JSONFileStore(tmp_path / "s")
+    assert again.restore_checkpoint(shard()) == cp(1)
+    assert not old.exists() and young.exists()
+
+
+def test_json_zombie_whose_prepared_file_was_removed_is_fenced(tmp_path: Path) -> None:
+    """A zombie stopped for minutes between preparing and committing finds
+    its file removed by the newer instance's restore: FencedError, and the
+    newer instance's state stands."""
+    a = JSONFileStore(tmp_path / "s")
+    a.restore_checkpoint(shard())
+    a.start_commit(shard(), cp(1))
+    prepared = a.prepare_commit(shard(), cp(2))
+    (tmp,) = (tmp_path / "s").glob(".tmp-*")
+    os.utime(tmp, (time.time() - 300, time.time() - 300))
+    b = JSONFileStore(tmp_path / "s")
+    assert b.restore_checkpoint(shard()) == cp(1)
+    assert not tmp.exists()
+    with pytest.raises(FencedError):
+        prepared.commit()
+    b.start_commit(shard(), cp(3))
+    assert JSONFileStore(tmp_path / "s").restore_checkpoint(shard()) == cp(3)
 
 
 def test_json_zombie_whose_next_generation_was_removed_is_fenced(tmp_path: Path) -> None:
