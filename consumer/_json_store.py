@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from journal.durable import fsync_dir
+from journal.durable import fsync_dir, write_all
 from message import Checkpoint, CheckpointError
 
 from ._errors import ConsumerError, FencedError, StoreError, store_failures
@@ -50,6 +50,8 @@ _NAME: Final = re.compile(r"(\d{16})\.json")
 #: Generations kept besides the newest (a few, so that nothing is read
 #: while being removed).
 _KEEP: Final = 3
+#: The name prefix of the temporary files a commit writes.
+_TEMP: Final = ".tmp-"
 #: A temporary file this many seconds old is left over from a crash: the
 #: next restore removes it.
 _STALE_TEMP: Final = 60.0
@@ -141,12 +143,10 @@ class JSONFileStore:
             ) from exc
 
     def _write_temp(self, data: bytes) -> Path:
-        tmp = self.path / f".tmp-{os.getpid()}-{secrets.token_hex(6)}"
+        tmp = self.path / f"{_TEMP}{os.getpid()}-{secrets.token_hex(6)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            write_all(fd, data, 0)
             os.fsync(fd)
         except BaseException:
             os.close(fd)
@@ -198,7 +198,7 @@ class JSONFileStore:
         docstring)."""
         old = time.time() - _STALE_TEMP
         for name in os.listdir(self.path):
-            if name.startswith(".tmp-"):
+            if name.startswith(_TEMP):
                 path = self.path / name
                 try:
                     if path.stat().st_mtime < old:
@@ -226,14 +226,16 @@ class JSONFileStore:
             return _Prepared(functools.partial(self._commit, shard), self._write_temp(data))
 
     def _commit(self, shard: Shard, tmp: Path) -> None:
+        """Make the prepared file ``tmp`` the next generation."""
         if self._closed:
             tmp.unlink(missing_ok=True)
             self._check_open(shard)
-        assert self._gen is not None
         with store_failures(self, "could not commit", shard.id, (OSError,)):
-            self._link_next(shard, tmp, self._gen + 1)
+            self._link_next(shard, tmp)
 
-    def _link_next(self, shard: Shard, tmp: Path, nxt: int) -> None:
+    def _link_next(self, shard: Shard, tmp: Path) -> None:
+        assert self._gen is not None
+        nxt = self._gen + 1
         try:
             taken = self._link(tmp, nxt)
         except FileNotFoundError:
